@@ -1,0 +1,9 @@
+include_HEADERS = include/pipedream.h
+pipedreamincludedir = $(includedir)/pipedream
+pipedreaminclude_HEADERS = \
+	include/pipedream/status.h \
+	include/pipedream/log.h \
+	include/pipedream/tensor.h \
+	include/pipedream/kernels.h \
+	include/pipedream/graph.h \
+	include/pipedream/optim.h

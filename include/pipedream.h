@@ -1,0 +1,14 @@
+/* pipedream: pipeline-parallel DNN training (PipeDream) in C.
+ * The installed API: status codes and logging, tensors and devices, the
+ * device compute table, the layer graph and optimizers. */
+#ifndef PIPEDREAM_H
+#define PIPEDREAM_H
+
+#include <pipedream/status.h>
+#include <pipedream/log.h>
+#include <pipedream/tensor.h>
+#include <pipedream/kernels.h>
+#include <pipedream/graph.h>
+#include <pipedream/optim.h>
+
+#endif

@@ -1,0 +1,130 @@
+/* The layer graph: a DAG of layers built by the model zoo, with shapes
+ * inferred as layers are added, activation memory planned once, and forward
+ * and backward passes through the device table. */
+#ifndef PIPEDREAM_GRAPH_H
+#define PIPEDREAM_GRAPH_H
+
+#include <stdio.h>
+
+#include <pipedream/kernels.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct pd_graph pd_graph;
+
+/* How a parameter is initialised (host RNG seeded by the graph's seed). */
+typedef enum {
+    PD_INIT_CONSTANT = 0, /* every element = a */
+    PD_INIT_UNIFORM = 1,  /* U(-a, a) */
+    PD_INIT_NORMAL = 2,   /* N(0, a^2) */
+} pd_init_kind;
+
+/* A named weight of a layer ("conv1.weight"), its gradient (same shape, or
+ * no data for buffers) and how to initialise it. Buffers (trainable=false,
+ * e.g. batch-norm running statistics) are saved in checkpoints but never
+ * updated by the optimizer. The graph owns both tensors. */
+typedef struct pd_param {
+    char name[96];
+    pd_tensor value;
+    pd_tensor grad;
+    bool trainable;
+    pd_init_kind init;
+    float init_a;
+} pd_param;
+
+/* Creates an empty graph computing on `dev` (borrowed; it must outlive the
+ * graph). `seed` drives parameter initialisation and dropout. */
+pd_status pd_graph_create(pd_device *dev, uint64_t seed, pd_graph **out);
+
+/* Frees the graph, its layers, parameters and planned memory. */
+void pd_graph_destroy(pd_graph *g);
+
+/* Adds an input node of the given dtype and shape (batch first). Gradients
+ * with respect to it are computed when `requires_grad` (a pipeline stage's
+ * input activation; false for images and labels). */
+pd_status pd_graph_input(pd_graph *g, const char *name, pd_dtype dtype, const pd_shape *shape,
+                         bool requires_grad, int *out);
+
+/* Layer builders. Each takes the ids of its inputs, infers its output shape
+ * (PD_ESHAPE with a message naming the layer if the inputs do not fit) and
+ * returns the new node's id in *out. Names must be unique; parameter names
+ * are "<name>.weight", "<name>.bias", ... as in PyTorch state dicts. */
+pd_status pd_graph_conv2d(pd_graph *g, const char *name, int x, int out_channels, const pd_conv2d_desc *desc,
+                          bool bias, int *out);
+pd_status pd_graph_linear(pd_graph *g, const char *name, int x, int out_features, bool bias, int *out);
+pd_status pd_graph_relu(pd_graph *g, const char *name, int x, int *out);
+/* kernel 0 x 0 in desc means global pooling (the whole H x W). */
+pd_status pd_graph_pool2d(pd_graph *g, const char *name, int x, const pd_pool2d_desc *desc, int *out);
+pd_status pd_graph_lrn(pd_graph *g, const char *name, int x, const pd_lrn_desc *desc, int *out);
+pd_status pd_graph_batchnorm(pd_graph *g, const char *name, int x, const pd_batchnorm_desc *desc, int *out);
+pd_status pd_graph_dropout(pd_graph *g, const char *name, int x, float p, int *out);
+/* [N, ...] -> [N, prod(...)] without copying. */
+pd_status pd_graph_flatten(pd_graph *g, const char *name, int x, int *out);
+pd_status pd_graph_concat(pd_graph *g, const char *name, int n, const int *xs, int axis, int *out);
+pd_status pd_graph_add(pd_graph *g, const char *name, int a, int b, int *out);
+/* Mean softmax cross-entropy of logits [N,C] against i32 labels [N]; the
+ * output is the scalar loss [1]; the backward pass starts here. */
+pd_status pd_graph_softmax_cross_entropy(pd_graph *g, const char *name, int logits, int labels, int *out);
+/* ids [N,T] i32 -> [N,T,dim]. */
+pd_status pd_graph_embedding(pd_graph *g, const char *name, int ids, int vocab, int dim, int *out);
+/* One LSTM layer over x [N,T,I] -> h [N,T,hidden], zero initial state,
+ * parameters weight_ih [4H,I], weight_hh [4H,H], bias_ih, bias_hh as PyTorch. */
+pd_status pd_graph_lstm(pd_graph *g, const char *name, int x, int hidden, int *out);
+
+/* Number of nodes; node ids run 0..n-1 in topological order. */
+int pd_graph_size(const pd_graph *g);
+
+/* The node's name, layer type ("conv2d", ...), output shape and inputs. */
+const char *pd_graph_node_name(const pd_graph *g, int node);
+const char *pd_graph_node_type(const pd_graph *g, int node);
+const pd_shape *pd_graph_node_shape(const pd_graph *g, int node);
+int pd_graph_node_inputs(const pd_graph *g, int node, const int **inputs);
+
+/* Looks a node up by name; -1 if there is none. */
+int pd_graph_find(const pd_graph *g, const char *name);
+
+/* All parameters (trainable and buffers) in creation order. Valid until the
+ * graph is destroyed; values exist once the graph is allocated. */
+int pd_graph_params(pd_graph *g, pd_param **params);
+
+/* Plans activation and gradient memory for a training step (forward then
+ * backward) once, allocates it and the parameters, and initialises the
+ * parameters. No node can be added afterwards. */
+pd_status pd_graph_allocate(pd_graph *g);
+
+/* Bytes of the planned activation/gradient arena, and what it would take
+ * without reuse (for reporting). */
+size_t pd_graph_arena_bytes(const pd_graph *g);
+size_t pd_graph_unplanned_bytes(const pd_graph *g);
+
+/* The output tensor of a node (an input node's tensor is where data goes). */
+pd_tensor *pd_graph_output(pd_graph *g, int node);
+
+/* The gradient of a node's output after pd_graph_backward (NULL if none was
+ * computed): for inputs created with requires_grad it is dLoss/dInput. */
+pd_tensor *pd_graph_grad(pd_graph *g, int node);
+
+/* Runs every node forward. `minibatch` identifies the minibatch (it seeds
+ * dropout so that its backward pass, even later, sees the same mask);
+ * `training` selects batch statistics and dropout. */
+pd_status pd_graph_forward(pd_graph *g, int64_t minibatch, bool training);
+
+/* Runs the backward pass of the last forward(minibatch, training=true). The
+ * gradient of node `from` is seeded with `seed_grad` (its shape), or with 1
+ * when `seed_grad` is NULL and `from` is a scalar loss. Parameter gradients
+ * are overwritten. */
+pd_status pd_graph_backward(pd_graph *g, int64_t minibatch, int from, const pd_tensor *seed_grad);
+
+/* Writes the graph as text (one line per node: id, name, type, inputs,
+ * output shape, parameter count) to `f`. */
+void pd_graph_print(const pd_graph *g, FILE *f);
+
+/* Total number of trainable parameter elements. */
+int64_t pd_graph_param_count(const pd_graph *g);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,187 @@
+/* The device compute table: every layer computes only through these entries,
+ * and each backend (cpu, cuda) implements them. Conventions:
+ *  - all tensors are contiguous, row-major, batch-first (NCHW), f32 unless said;
+ *  - an entry overwrites its outputs (never accumulates); outputs marked
+ *    "nullable" are skipped when NULL;
+ *  - shapes are checked: a mismatch returns PD_ESHAPE with a message;
+ *  - an entry a backend lacks returns PD_ENOTSUP naming the entry and backend;
+ *  - on a GPU the entries are asynchronous on the device's stream; results are
+ *    visible to host copies (which synchronise) in order. */
+#ifndef PIPEDREAM_KERNELS_H
+#define PIPEDREAM_KERNELS_H
+
+#include <pipedream/tensor.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct pd_conv2d_desc {
+    int kernel_h, kernel_w;
+    int stride_h, stride_w;
+    int pad_h, pad_w;
+    int dilation_h, dilation_w;
+    int groups;
+} pd_conv2d_desc;
+
+typedef enum { PD_POOL_MAX = 0, PD_POOL_AVG = 1 } pd_pool_mode;
+
+typedef struct pd_pool2d_desc {
+    pd_pool_mode mode;
+    int kernel_h, kernel_w;
+    int stride_h, stride_w;
+    int pad_h, pad_w;
+    bool ceil_mode;         /* output size rounds up, as PyTorch's ceil_mode */
+    bool count_include_pad; /* average pooling divides by the padded window */
+} pd_pool2d_desc;
+
+/* Cross-channel local response normalisation as PyTorch's LocalResponseNorm:
+ * y = x / (k + alpha/size * sum_{window of `size` channels} x^2)^beta. */
+typedef struct pd_lrn_desc {
+    int size;
+    float alpha, beta, k;
+} pd_lrn_desc;
+
+/* Batch normalisation over N (and H, W): per-channel statistics. Running
+ * statistics update as running = (1-momentum)*running + momentum*batch, with
+ * the unbiased batch variance, as PyTorch. */
+typedef struct pd_batchnorm_desc {
+    float eps;
+    float momentum;
+} pd_batchnorm_desc;
+
+/* SGD as torch.optim.SGD: g += wd*w; buf = momentum*buf + (1-dampening)*g
+ * (buf = g on the first step); g = nesterov ? g + momentum*buf : buf; w -= lr*g. */
+typedef struct pd_sgd_desc {
+    float lr, momentum, dampening, weight_decay;
+    bool nesterov;
+    bool first_step; /* momentum buffer is initialised from g */
+} pd_sgd_desc;
+
+/* Adam as torch.optim.Adam (decoupled = AdamW); step counts from 1. */
+typedef struct pd_adam_desc {
+    float lr, beta1, beta2, eps, weight_decay;
+    bool decoupled;
+    int64_t step;
+} pd_adam_desc;
+
+typedef struct pd_device_ops {
+    /* C[m,n] = alpha * op(A) op(B) + beta * C, row-major, device pointers;
+     * op(A) is [m,k] (A stored [k,m] when trans_a), op(B) is [k,n]. */
+    pd_status (*gemm)(pd_device *dev, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                      float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                      float *c, int64_t ldc);
+
+    /* y = value everywhere (f32). */
+    pd_status (*fill)(pd_device *dev, pd_tensor *y, float value);
+    /* y = alpha * x + beta * y (same shape). */
+    pd_status (*axpby)(pd_device *dev, float alpha, const pd_tensor *x, float beta, pd_tensor *y);
+    /* y = a + b (same shape). */
+    pd_status (*add)(pd_device *dev, const pd_tensor *a, const pd_tensor *b, pd_tensor *y);
+    /* Element-wise dtype conversion (same element count). */
+    pd_status (*convert)(pd_device *dev, const pd_tensor *x, pd_tensor *y);
+    /* Sum of all elements into a one-element f32 tensor. */
+    pd_status (*sum)(pd_device *dev, const pd_tensor *x, pd_tensor *out);
+
+    /* y = max(x, 0); dx = dy where y > 0, else 0. */
+    pd_status (*relu_forward)(pd_device *dev, const pd_tensor *x, pd_tensor *y);
+    pd_status (*relu_backward)(pd_device *dev, const pd_tensor *y, const pd_tensor *dy, pd_tensor *dx);
+
+    /* x [N,C,H,W], w [K,C/groups,R,S], bias [K] (nullable), y [N,K,P,Q]. */
+    pd_status (*conv2d_forward)(pd_device *dev, const pd_conv2d_desc *desc, const pd_tensor *x,
+                                const pd_tensor *w, const pd_tensor *bias, pd_tensor *y);
+    pd_status (*conv2d_backward_data)(pd_device *dev, const pd_conv2d_desc *desc, const pd_tensor *dy,
+                                      const pd_tensor *w, pd_tensor *dx);
+    /* dw [K,C/groups,R,S]; dbias [K] (nullable) = sum of dy over N, P, Q. */
+    pd_status (*conv2d_backward_filter)(pd_device *dev, const pd_conv2d_desc *desc, const pd_tensor *x,
+                                        const pd_tensor *dy, pd_tensor *dw, pd_tensor *dbias);
+
+    /* x [N,K], w [M,K] (PyTorch layout), bias [M] (nullable), y [N,M]. */
+    pd_status (*linear_forward)(pd_device *dev, const pd_tensor *x, const pd_tensor *w, const pd_tensor *bias,
+                                pd_tensor *y);
+    /* dx [N,K] (nullable), dw [M,K], dbias [M] (nullable). */
+    pd_status (*linear_backward)(pd_device *dev, const pd_tensor *x, const pd_tensor *w, const pd_tensor *dy,
+                                 pd_tensor *dx, pd_tensor *dw, pd_tensor *dbias);
+
+    /* x [N,C,H,W], y [N,C,P,Q]; the backward pass reads x and y (max picks the
+     * first maximum in the window, like cuDNN's deterministic mode). */
+    pd_status (*pool2d_forward)(pd_device *dev, const pd_pool2d_desc *desc, const pd_tensor *x, pd_tensor *y);
+    pd_status (*pool2d_backward)(pd_device *dev, const pd_pool2d_desc *desc, const pd_tensor *x,
+                                 const pd_tensor *y, const pd_tensor *dy, pd_tensor *dx);
+
+    /* x, y [N,C,H,W]. */
+    pd_status (*lrn_forward)(pd_device *dev, const pd_lrn_desc *desc, const pd_tensor *x, pd_tensor *y);
+    pd_status (*lrn_backward)(pd_device *dev, const pd_lrn_desc *desc, const pd_tensor *x, const pd_tensor *y,
+                              const pd_tensor *dy, pd_tensor *dx);
+
+    /* x, y [N,C] or [N,C,H,W]; gamma, beta, running_*, save_* [C]. save_mean
+     * and save_invstd (1/sqrt(var+eps), biased var) feed the backward pass. */
+    pd_status (*batchnorm_forward_train)(pd_device *dev, const pd_batchnorm_desc *desc, const pd_tensor *x,
+                                         const pd_tensor *gamma, const pd_tensor *beta, pd_tensor *running_mean,
+                                         pd_tensor *running_var, pd_tensor *y, pd_tensor *save_mean,
+                                         pd_tensor *save_invstd);
+    pd_status (*batchnorm_forward_eval)(pd_device *dev, const pd_batchnorm_desc *desc, const pd_tensor *x,
+                                        const pd_tensor *gamma, const pd_tensor *beta,
+                                        const pd_tensor *running_mean, const pd_tensor *running_var,
+                                        pd_tensor *y);
+    pd_status (*batchnorm_backward)(pd_device *dev, const pd_batchnorm_desc *desc, const pd_tensor *x,
+                                    const pd_tensor *dy, const pd_tensor *gamma, const pd_tensor *save_mean,
+                                    const pd_tensor *save_invstd, pd_tensor *dx, pd_tensor *dgamma,
+                                    pd_tensor *dbeta);
+
+    /* Inverted dropout: element i is kept iff pd_rng_uniform(seed, i) >= p
+     * (pd_rng.h), kept values scaled by 1/(1-p). The mask is recomputed from
+     * the seed in the backward pass, identically on every backend. */
+    pd_status (*dropout_forward)(pd_device *dev, float p, uint64_t seed, const pd_tensor *x, pd_tensor *y);
+    pd_status (*dropout_backward)(pd_device *dev, float p, uint64_t seed, const pd_tensor *dy, pd_tensor *dx);
+
+    /* logits [N,C] f32, labels [N] i32 in [0,C) (else PD_EINVAL), probs [N,C],
+     * loss [1] = mean over N of -log softmax(logits)[label]. */
+    pd_status (*softmax_cross_entropy_forward)(pd_device *dev, const pd_tensor *logits, const pd_tensor *labels,
+                                               pd_tensor *probs, pd_tensor *loss);
+    /* dlogits = dloss * (probs - onehot(labels)) / N. */
+    pd_status (*softmax_cross_entropy_backward)(pd_device *dev, const pd_tensor *probs, const pd_tensor *labels,
+                                                float dloss, pd_tensor *dlogits);
+
+    /* Concatenates n tensors along `axis` (all other dimensions equal). */
+    pd_status (*concat_forward)(pd_device *dev, int axis, int n, const pd_tensor *const *xs, pd_tensor *y);
+    /* Splits dy along `axis` into dxs (entries may be NULL to skip). */
+    pd_status (*concat_backward)(pd_device *dev, int axis, int n, const pd_tensor *dy, pd_tensor *const *dxs);
+
+    /* ids [...] i32 in [0,V) (else PD_EINVAL), table [V,D], y [..., D]. */
+    pd_status (*embedding_forward)(pd_device *dev, const pd_tensor *ids, const pd_tensor *table, pd_tensor *y);
+    /* dtable = scatter-add of dy rows at ids (zeroed first). */
+    pd_status (*embedding_backward)(pd_device *dev, const pd_tensor *ids, const pd_tensor *dy, pd_tensor *dtable);
+
+    /* One LSTM time step on pre-activations. gates [N,4H] = x W_ih^T + h W_hh^T
+     * + b in PyTorch's order (i, f, g, o). act [N,4H] receives the activated
+     * gates (sigmoid i,f,o; tanh g) for the backward pass; c, h [N,H]. */
+    pd_status (*lstm_cell_forward)(pd_device *dev, const pd_tensor *gates, const pd_tensor *c_prev,
+                                   pd_tensor *act, pd_tensor *c, pd_tensor *h);
+    /* From dh and dc (gradient flowing into c from step t+1; nullable = 0),
+     * computes dgates [N,4H] (w.r.t. the pre-activations) and dc_prev [N,H]. */
+    pd_status (*lstm_cell_backward)(pd_device *dev, const pd_tensor *act, const pd_tensor *c_prev,
+                                    const pd_tensor *c, const pd_tensor *dh, const pd_tensor *dc,
+                                    pd_tensor *dgates, pd_tensor *dc_prev);
+
+    /* In-place optimizer updates of w from g (same shapes). */
+    pd_status (*sgd_update)(pd_device *dev, const pd_sgd_desc *desc, pd_tensor *w, const pd_tensor *g,
+                            pd_tensor *momentum_buf);
+    pd_status (*adam_update)(pd_device *dev, const pd_adam_desc *desc, pd_tensor *w, const pd_tensor *g,
+                             pd_tensor *m, pd_tensor *v);
+} pd_device_ops;
+
+/* Opens a device by name: "cpu", "cuda" or "cuda:N". PD_ENOTSUP if the backend
+ * was not built, PD_EDEVICE if it was built but no such device answers. */
+pd_status pd_device_open(const char *name, pd_device **out);
+
+/* Closes a device opened by pd_device_open; NULL is ignored. */
+void pd_device_close(pd_device *dev);
+
+/* The names of the backends compiled into this library, e.g. {"cpu","cuda"}. */
+int pd_device_backends(const char *const **names);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,1 @@
+/* CPU kernels: lrn (being written). */

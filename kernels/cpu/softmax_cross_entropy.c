@@ -1,0 +1,1 @@
+/* CPU kernels: softmax_cross_entropy (being written). */

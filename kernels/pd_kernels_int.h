@@ -1,0 +1,40 @@
+/* Backend plumbing shared by kernels/ (module-private): the backend table
+ * that pd_device_open() walks, the default "unsupported" entries, and the
+ * shape checks every backend runs before computing. */
+#ifndef PD_KERNELS_INT_H
+#define PD_KERNELS_INT_H
+
+#include <pipedream/kernels.h>
+
+typedef struct pd_backend {
+    const char *name; /* "cpu", "cuda" */
+    /* Opens device `ordinal`; fills everything in *dev but ops, which the
+     * caller overlays on the defaults from backend_ops. */
+    pd_status (*open)(int ordinal, pd_device *dev);
+    void (*close)(pd_device *dev);
+    const pd_device_ops *ops; /* entries the backend implements; others NULL */
+} pd_backend;
+
+extern const pd_backend pd_backend_cpu;
+#ifdef HAVE_CUDA
+extern const pd_backend pd_backend_cuda;
+#endif
+
+/* Fills `table` with the backend's entries, and "unsupported" ones (which
+ * return PD_ENOTSUP naming the entry and device) where it has none, so the
+ * hot path never tests for NULL. */
+void pd_device_ops_overlay(pd_device_ops *table, const pd_device_ops *backend);
+
+/* PD_ESHAPE naming `what` unless t is a contiguous f32 tensor of `shape`. */
+pd_status pd_kernel_expect_f32(const pd_tensor *t, const pd_shape *shape, const char *what);
+
+/* PD_ESHAPE naming `what` unless a and b have the same dtype and shape. */
+pd_status pd_kernel_expect_same(const pd_tensor *a, const pd_tensor *b, const char *what);
+
+/* Output size of a sliding window along one axis:
+ * floor((in + 2*pad - dilation*(kernel-1) - 1) / stride) + 1 (ceil when
+ * ceil_mode, keeping the last window starting inside the input or left
+ * padding, as PyTorch). Returns <= 0 if no window fits. */
+int64_t pd_window_output_size(int64_t in, int kernel, int stride, int pad, int dilation, bool ceil_mode);
+
+#endif

@@ -1,0 +1,1 @@
+/* Layer: batchnorm (being written). */

@@ -1,0 +1,1 @@
+/* Layer: conv2d (being written). */

@@ -1,0 +1,1 @@
+/* Layer: dropout (being written). */

@@ -1,0 +1,1 @@
+/* Layer: embedding (being written). */

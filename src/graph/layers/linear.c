@@ -1,0 +1,1 @@
+/* Layer: linear (being written). */

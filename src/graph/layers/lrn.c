@@ -1,0 +1,1 @@
+/* Layer: lrn (being written). */

@@ -1,0 +1,1 @@
+/* Layer: lstm (being written). */

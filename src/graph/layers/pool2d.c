@@ -1,0 +1,1 @@
+/* Layer: pool2d (being written). */

@@ -1,0 +1,1 @@
+/* Layer: softmax_cross_entropy (being written). */

@@ -1,0 +1,10 @@
+# libpipedream: the convenience libraries of every module, linked once.
+lib_LTLIBRARIES += src/libpipedream.la
+src_libpipedream_la_SOURCES =
+nodist_EXTRA_src_libpipedream_la_SOURCES = dummy.c
+src_libpipedream_la_LIBADD = \
+	src/graph/libpd_graph.la \
+	kernels/libpd_kernels.la \
+	src/core/libpd_core.la \
+	$(OPENMP_CFLAGS)
+src_libpipedream_la_LDFLAGS = -version-info 0:0:0 -no-undefined
