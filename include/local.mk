@@ -6,4 +6,6 @@ pipedreaminclude_HEADERS = \
 	include/pipedream/tensor.h \
 	include/pipedream/kernels.h \
 	include/pipedream/graph.h \
-	include/pipedream/optim.h
+	include/pipedream/optim.h \
+	include/pipedream/json.h \
+	include/pipedream/safetensors.h

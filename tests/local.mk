@@ -1,0 +1,49 @@
+# Tests: cmocka unit programs and the backend-ops harness speak TAP (one
+# line per case); shell integration tests use the plain driver, where exit
+# 77 means "skipped" (missing hardware) and says why.
+TEST_EXTENSIONS = .sh
+LOG_DRIVER = env AM_TAP_AWK='$(AWK)' $(SHELL) $(top_srcdir)/config/build-aux/tap-driver.sh
+AM_LOG_DRIVER_FLAGS = --ignore-exit --comments
+SH_LOG_DRIVER = $(SHELL) $(top_srcdir)/config/build-aux/test-driver
+SH_LOG_COMPILER = $(SHELL)
+AM_TESTS_ENVIRONMENT = CMOCKA_MESSAGE_OUTPUT=TAP; export CMOCKA_MESSAGE_OUTPUT; \
+	top_builddir='$(abs_top_builddir)'; top_srcdir='$(abs_top_srcdir)'; \
+	export top_builddir top_srcdir; OMP_NUM_THREADS=2; export OMP_NUM_THREADS;
+
+TEST_LDADD = src/libpipedream.la $(OPENBLAS_LDFLAGS) $(OPENBLAS_LIBS) $(JANSSON_LDFLAGS) $(JANSSON_LIBS)
+
+# The backend-ops harness (needs no cmocka).
+check_PROGRAMS += tests/backend_ops/test_backend_ops
+tests_backend_ops_test_backend_ops_SOURCES = \
+	tests/backend_ops/bo.h \
+	tests/backend_ops/harness.c \
+	tests/backend_ops/cases_basic.c \
+	tests/backend_ops/cases_conv_pool.c \
+	tests/backend_ops/cases_norm_loss.c \
+	tests/backend_ops/cases_sequence.c
+tests_backend_ops_test_backend_ops_LDADD = $(TEST_LDADD)
+TESTS += tests/backend_ops/test_backend_ops
+
+if HAVE_CMOCKA
+UNIT_TESTS = \
+	tests/unit/test_core \
+	tests/unit/test_mem_plan \
+	tests/unit/test_graph \
+	tests/unit/test_cpu_conv_linear_pool \
+	tests/unit/test_cpu_norm_loss \
+	tests/unit/test_cpu_optimizer \
+	tests/unit/test_cpu_sequence \
+	tests/unit/test_json \
+	tests/unit/test_safetensors
+check_PROGRAMS += $(UNIT_TESTS)
+TESTS += $(UNIT_TESTS)
+tests_unit_test_core_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
+tests_unit_test_mem_plan_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
+tests_unit_test_graph_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
+tests_unit_test_cpu_conv_linear_pool_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
+tests_unit_test_cpu_norm_loss_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
+tests_unit_test_cpu_optimizer_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
+tests_unit_test_cpu_sequence_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
+tests_unit_test_json_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
+tests_unit_test_safetensors_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
+endif
