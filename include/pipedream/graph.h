@@ -85,9 +85,10 @@ int pd_graph_node_inputs(const pd_graph *g, int node, const int **inputs);
 /* Looks a node up by name; -1 if there is none. */
 int pd_graph_find(const pd_graph *g, const char *name);
 
-/* All parameters (trainable and buffers) in creation order. Valid until the
- * graph is destroyed; values exist once the graph is allocated. */
-int pd_graph_params(pd_graph *g, pd_param **params);
+/* Sets *params to the array of all parameters (trainable and buffers) in
+ * creation order and returns its length. The graph owns them; their tensors
+ * have data once the graph is allocated. */
+int pd_graph_params(pd_graph *g, pd_param ***params);
 
 /* Plans activation and gradient memory for a training step (forward then
  * backward) once, allocates it and the parameters, and initialises the

@@ -5,8 +5,8 @@ EXTRA_DIST += \
 	kernels/cuda/cuda_device.c \
 	kernels/cuda/elementwise.cu \
 	kernels/cuda/optimizer.cu
-if HAVE_CUDA
 kernels_libpd_kernels_la_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
+if HAVE_CUDA
 kernels_libpd_kernels_la_SOURCES += \
 	kernels/cuda/pd_cuda.h \
 	kernels/cuda/cuda_device.c \

@@ -11,7 +11,7 @@
 #define PD_LAYER_MAX_INPUTS 8
 #define PD_LAYER_MAX_PARAMS 4
 #define PD_LAYER_MAX_SAVED 4
-#define PD_LAYER_HPARAMS_BYTES 64
+#define PD_LAYER_HPARAMS_BYTES 128
 
 typedef struct pd_layer pd_layer;
 
