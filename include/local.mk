@@ -8,4 +8,6 @@ pipedreaminclude_HEADERS = \
 	include/pipedream/graph.h \
 	include/pipedream/optim.h \
 	include/pipedream/json.h \
-	include/pipedream/safetensors.h
+	include/pipedream/safetensors.h \
+	include/pipedream/data.h \
+	include/pipedream/models.h

@@ -47,3 +47,10 @@ tests_unit_test_cpu_sequence_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
 tests_unit_test_json_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
 tests_unit_test_safetensors_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
 endif
+
+# Integration tests (shell): real programs on real data.
+INTEGRATION_TESTS = \
+	tests/integration/cli_errors.sh \
+	tests/integration/train_fashion_mnist.sh
+TESTS += $(INTEGRATION_TESTS)
+EXTRA_DIST += $(INTEGRATION_TESTS)

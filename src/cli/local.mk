@@ -1,0 +1,6 @@
+bin_PROGRAMS += src/cli/pipedream
+src_cli_pipedream_SOURCES = \
+	src/cli/pd_cli.h \
+	src/cli/main.c \
+	src/cli/train.c
+src_cli_pipedream_LDADD = src/libpipedream.la
