@@ -10,5 +10,7 @@
 #include <pipedream/kernels.h>
 #include <pipedream/graph.h>
 #include <pipedream/optim.h>
+#include <pipedream/json.h>
+#include <pipedream/safetensors.h>
 
 #endif

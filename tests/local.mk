@@ -51,6 +51,11 @@ endif
 # Integration tests (shell): real programs on real data.
 INTEGRATION_TESTS = \
 	tests/integration/cli_errors.sh \
-	tests/integration/train_fashion_mnist.sh
+	tests/integration/train_fashion_mnist.sh \
+	tests/integration/safetensors_python.sh
 TESTS += $(INTEGRATION_TESTS)
 EXTRA_DIST += $(INTEGRATION_TESTS)
+
+# Safetensors files against Python's reference package (skips without python3 + safetensors + numpy).
+check_PROGRAMS += tests/integration/st_tool
+tests_integration_st_tool_LDADD = $(TEST_LDADD)

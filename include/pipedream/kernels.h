@@ -115,7 +115,8 @@ typedef struct pd_device_ops {
                               const pd_tensor *dy, pd_tensor *dx);
 
     /* x, y [N,C] or [N,C,H,W]; gamma, beta, running_*, save_* [C]. save_mean
-     * and save_invstd (1/sqrt(var+eps), biased var) feed the backward pass. */
+     * and save_invstd (1/sqrt(var+eps), biased var) feed the backward pass,
+     * whose dx is nullable (the input needs no gradient). */
     pd_status (*batchnorm_forward_train)(pd_device *dev, const pd_batchnorm_desc *desc, const pd_tensor *x,
                                          const pd_tensor *gamma, const pd_tensor *beta, pd_tensor *running_mean,
                                          pd_tensor *running_var, pd_tensor *y, pd_tensor *save_mean,
@@ -164,7 +165,8 @@ typedef struct pd_device_ops {
                                     const pd_tensor *c, const pd_tensor *dh, const pd_tensor *dc,
                                     pd_tensor *dgates, pd_tensor *dc_prev);
 
-    /* In-place optimizer updates of w from g (same shapes). */
+    /* In-place optimizer updates of w from g (same shapes); momentum_buf is
+     * nullable when desc->momentum is 0. */
     pd_status (*sgd_update)(pd_device *dev, const pd_sgd_desc *desc, pd_tensor *w, const pd_tensor *g,
                             pd_tensor *momentum_buf);
     pd_status (*adam_update)(pd_device *dev, const pd_adam_desc *desc, pd_tensor *w, const pd_tensor *g,

@@ -98,8 +98,33 @@ static const pd_device_ops cpu_ops = {
     .relu_forward = pd_cpu_relu_forward,
     .relu_backward = pd_cpu_relu_backward,
     /* gemm.c, conv2d.c, linear.c, pool2d.c */
+    .gemm = pd_cpu_gemm,
+    .conv2d_forward = pd_cpu_conv2d_forward,
+    .conv2d_backward_data = pd_cpu_conv2d_backward_data,
+    .conv2d_backward_filter = pd_cpu_conv2d_backward_filter,
+    .linear_forward = pd_cpu_linear_forward,
+    .linear_backward = pd_cpu_linear_backward,
+    .pool2d_forward = pd_cpu_pool2d_forward,
+    .pool2d_backward = pd_cpu_pool2d_backward,
     /* batchnorm.c, lrn.c, dropout.c, softmax_cross_entropy.c, optimizer.c */
+    .batchnorm_forward_train = pd_cpu_batchnorm_forward_train,
+    .batchnorm_forward_eval = pd_cpu_batchnorm_forward_eval,
+    .batchnorm_backward = pd_cpu_batchnorm_backward,
+    .lrn_forward = pd_cpu_lrn_forward,
+    .lrn_backward = pd_cpu_lrn_backward,
+    .dropout_forward = pd_cpu_dropout_forward,
+    .dropout_backward = pd_cpu_dropout_backward,
+    .softmax_cross_entropy_forward = pd_cpu_softmax_cross_entropy_forward,
+    .softmax_cross_entropy_backward = pd_cpu_softmax_cross_entropy_backward,
+    .sgd_update = pd_cpu_sgd_update,
+    .adam_update = pd_cpu_adam_update,
     /* concat.c, embedding.c, lstm_cell.c */
+    .concat_forward = pd_cpu_concat_forward,
+    .concat_backward = pd_cpu_concat_backward,
+    .embedding_forward = pd_cpu_embedding_forward,
+    .embedding_backward = pd_cpu_embedding_backward,
+    .lstm_cell_forward = pd_cpu_lstm_cell_forward,
+    .lstm_cell_backward = pd_cpu_lstm_cell_backward,
 };
 
 const pd_backend pd_backend_cpu = {

@@ -1,1 +1,443 @@
-/* (being written) */
+/* The CUDA backend: opening a GPU (stream, cuBLAS handle), its memory, the
+ * scratch buffer and the entry table. Each entry validates its arguments
+ * with the checks every backend shares, then queues its work on the
+ * device's stream: cuBLAS for gemm, elementwise.cu and optimizer.cu for the
+ * rest. */
+#include "config.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <pipedream/log.h>
+
+#include "kernels/cuda/pd_cuda.h"
+#include "kernels/pd_kernels_int.h"
+
+/* cudaMalloc hands out at least this much, so a 0-byte tensor has an address. */
+#define CUDA_MIN_ALLOC 256
+
+pd_status pd_cuda_enter(pd_device *dev, pd_cuda_state **out)
+{
+    pd_cuda_state *st = dev->backend;
+    int current;
+
+    /* Another device may be current on this thread (several GPUs in one
+     * process); the stream and cuBLAS handle belong to ours. */
+    PD_CUDA_CHECK(cudaGetDevice(&current));
+    if (current != st->ordinal)
+        PD_CUDA_CHECK(cudaSetDevice(st->ordinal));
+    *out = st;
+    return PD_OK;
+}
+
+/* cudaMalloc with a message naming the device and the size. */
+static pd_status device_malloc(const pd_device *dev, size_t bytes, const char *what, void **out)
+{
+    void *p = NULL;
+    cudaError_t err = cudaMalloc(&p, bytes);
+
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError();
+        return PD_ERROR(err == cudaErrorMemoryAllocation ? PD_ENOMEM : PD_EDEVICE,
+                        "%s: cannot allocate %zu bytes of device memory for %s: %s", dev->name, bytes, what,
+                        cudaGetErrorString(err));
+    }
+    *out = p;
+    return PD_OK;
+}
+
+static pd_status cuda_alloc(pd_device *dev, size_t bytes, void **out)
+{
+    pd_cuda_state *st;
+
+    PD_CHECK(pd_cuda_enter(dev, &st));
+    return device_malloc(dev, bytes > CUDA_MIN_ALLOC ? bytes : CUDA_MIN_ALLOC, "a tensor", out);
+}
+
+static void cuda_free(pd_device *dev, void *ptr)
+{
+    pd_cuda_state *st;
+    cudaError_t err;
+
+    if (!ptr)
+        return;
+    if (pd_cuda_enter(dev, &st) != PD_OK)
+        PD_LOG_WARNF("%s", pd_last_error());
+    err = cudaFree(ptr);
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError();
+        PD_LOG_WARNF("%s: cudaFree failed: %s", dev->name, cudaGetErrorString(err));
+    }
+}
+
+static pd_status cuda_copy(pd_device *dev, void *dst, const void *src, size_t bytes, pd_copy_kind kind)
+{
+    pd_cuda_state *st;
+    enum cudaMemcpyKind direction;
+
+    switch (kind) {
+    case PD_COPY_HOST_TO_DEVICE: direction = cudaMemcpyHostToDevice; break;
+    case PD_COPY_DEVICE_TO_HOST: direction = cudaMemcpyDeviceToHost; break;
+    case PD_COPY_DEVICE_TO_DEVICE: direction = cudaMemcpyDeviceToDevice; break;
+    default: return PD_ERROR(PD_EINVAL, "%s: invalid copy kind %d", dev->name, (int)kind);
+    }
+    if (bytes == 0)
+        return PD_OK;
+    PD_CHECK(pd_cuda_enter(dev, &st));
+    PD_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, direction, st->launch.stream));
+    /* The host side may be pageable, reused or read as soon as we return
+     * (and a device-to-host copy must be complete): wait. Device-to-device
+     * copies stay ordered on the stream. */
+    if (kind != PD_COPY_DEVICE_TO_DEVICE)
+        PD_CUDA_CHECK(cudaStreamSynchronize(st->launch.stream));
+    return PD_OK;
+}
+
+static pd_status cuda_zero(pd_device *dev, void *ptr, size_t bytes)
+{
+    pd_cuda_state *st;
+
+    if (bytes == 0)
+        return PD_OK;
+    PD_CHECK(pd_cuda_enter(dev, &st));
+    PD_CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, st->launch.stream));
+    return PD_OK;
+}
+
+static pd_status cuda_synchronize(pd_device *dev)
+{
+    pd_cuda_state *st;
+
+    PD_CHECK(pd_cuda_enter(dev, &st));
+    PD_CUDA_CHECK(cudaStreamSynchronize(st->launch.stream));
+    return PD_OK;
+}
+
+static const pd_mem_ops cuda_mem_ops = {
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .copy = cuda_copy,
+    .zero = cuda_zero,
+    .synchronize = cuda_synchronize,
+};
+
+pd_status pd_cuda_scratch(pd_device *dev, size_t bytes, void **out)
+{
+    pd_cuda_state *st;
+
+    PD_CHECK(pd_cuda_enter(dev, &st));
+    if (bytes > st->scratch_bytes) {
+        /* Kernels queued earlier may still read the old buffer. */
+        PD_CUDA_CHECK(cudaStreamSynchronize(st->launch.stream));
+        PD_CUDA_CHECK(cudaFree(st->scratch));
+        st->scratch = NULL;
+        st->scratch_bytes = 0;
+        PD_CHECK(device_malloc(dev, bytes, "scratch", &st->scratch));
+        st->scratch_bytes = bytes;
+    }
+    *out = st->scratch;
+    return PD_OK;
+}
+
+static pd_status cuda_open(int ordinal, pd_device *dev)
+{
+    pd_cuda_state *st;
+    pd_status s = PD_OK;
+    int count = 0, sms = 0, threads = 0;
+    cudaError_t err = cudaGetDeviceCount(&count);
+
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError();
+        return PD_ERROR(PD_EDEVICE, "cuda:%d: no usable CUDA device (cudaGetDeviceCount: %s, %s; is the NVIDIA "
+                        "driver installed and a GPU visible?)", ordinal, cudaGetErrorString(err),
+                        cudaGetErrorName(err));
+    }
+    if (count == 0)
+        return PD_ERROR(PD_EDEVICE, "cuda:%d: no CUDA device (cudaGetDeviceCount found none)", ordinal);
+    if (ordinal >= count)
+        return PD_ERROR(PD_EDEVICE, "cuda:%d: no such device (%d CUDA device%s visible, cuda:0..cuda:%d)", ordinal,
+                        count, count == 1 ? "" : "s", count - 1);
+
+    st = calloc(1, sizeof(*st));
+    if (!st)
+        return PD_ERROR(PD_ENOMEM, "cuda:%d: out of host memory", ordinal);
+    st->ordinal = ordinal;
+    PD_CUDA_CHECK_GOTO(cudaSetDevice(ordinal), s, free_state);
+    PD_CUDA_CHECK_GOTO(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, ordinal), s, free_state);
+    PD_CUDA_CHECK_GOTO(cudaDeviceGetAttribute(&threads, cudaDevAttrMaxThreadsPerMultiProcessor, ordinal), s,
+                       free_state);
+    st->launch.max_blocks = sms * (threads / PD_CUDA_BLOCK);
+    if (st->launch.max_blocks < 1)
+        st->launch.max_blocks = 1;
+    PD_CUDA_CHECK_GOTO(cudaStreamCreateWithFlags(&st->launch.stream, cudaStreamNonBlocking), s, free_state);
+#ifdef HAVE_CUBLAS
+    /* The default math mode keeps Sgemm in strict FP32 (no TF32), so results
+     * differ from the CPU's only by the order of additions. */
+    PD_CUBLAS_CHECK_GOTO(cublasCreate(&st->cublas), s, destroy_stream);
+    PD_CUBLAS_CHECK_GOTO(cublasSetStream(st->cublas, st->launch.stream), s, destroy_cublas);
+#endif
+
+    dev->kind = PD_DEVICE_CUDA;
+    dev->ordinal = ordinal;
+    snprintf(dev->name, sizeof(dev->name), "cuda:%d", ordinal);
+    dev->mem = &cuda_mem_ops;
+    dev->backend = st;
+    PD_LOG_DEBUGF("%s: %d multiprocessors, grid-stride kernels use up to %d blocks", dev->name, sms,
+                  st->launch.max_blocks);
+    return PD_OK;
+
+#ifdef HAVE_CUBLAS
+destroy_cublas:
+    cublasDestroy(st->cublas);
+destroy_stream:
+    cudaStreamDestroy(st->launch.stream);
+#endif
+free_state:
+    free(st);
+    return s;
+}
+
+static void cuda_close(pd_device *dev)
+{
+    pd_cuda_state *st;
+    cudaError_t err;
+
+    if (pd_cuda_enter(dev, &st) != PD_OK) {
+        PD_LOG_WARNF("%s", pd_last_error());
+        st = dev->backend;
+    }
+    /* Queued kernels may still use the scratch buffer. */
+    err = cudaStreamSynchronize(st->launch.stream);
+    if (err != cudaSuccess)
+        PD_LOG_WARNF("%s: closing with a failed stream: %s", dev->name, cudaGetErrorString(err));
+#ifdef HAVE_CUBLAS
+    cublasDestroy(st->cublas);
+#endif
+    cudaFree(st->scratch);
+    cudaStreamDestroy(st->launch.stream);
+    (void)cudaGetLastError();
+    free(st);
+}
+
+/* A contiguous f32 tensor of `shape` that is not host memory. */
+static pd_status expect_f32(const pd_tensor *t, const pd_shape *shape, const char *what)
+{
+    PD_CHECK(pd_kernel_expect_f32(t, shape, what));
+    if (t->device && t->device->kind != PD_DEVICE_CUDA)
+        return PD_ERROR(PD_EINVAL, "%s: tensor is on %s, not on a CUDA device", what, t->device->name);
+    return PD_OK;
+}
+
+#ifdef HAVE_CUBLAS
+/* cuBLAS takes int dimensions. */
+static bool fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
+
+static pd_status cuda_gemm(pd_device *dev, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                           const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+                           int64_t ldc)
+{
+    int64_t a_cols = trans_a ? m : k; /* columns of A as stored */
+    int64_t b_cols = trans_b ? k : n;
+    pd_cuda_state *st;
+
+    if (!fits_int(m) || !fits_int(n) || !fits_int(k))
+        return PD_ERROR(PD_EINVAL, "gemm: dimensions m=%lld n=%lld k=%lld must lie in [0, %d]", (long long)m,
+                        (long long)n, (long long)k, INT_MAX);
+    if (!fits_int(lda) || !fits_int(ldb) || !fits_int(ldc) || lda < (a_cols > 1 ? a_cols : 1) ||
+        ldb < (b_cols > 1 ? b_cols : 1) || ldc < (n > 1 ? n : 1))
+        return PD_ERROR(PD_ESHAPE, "gemm: leading dimensions lda=%lld ldb=%lld ldc=%lld too small for A %s [%lld,%lld], "
+                        "B %s [%lld,%lld], C [%lld,%lld]", (long long)lda, (long long)ldb, (long long)ldc,
+                        trans_a ? "stored transposed" : "stored", (long long)(trans_a ? k : m), (long long)a_cols,
+                        trans_b ? "stored transposed" : "stored", (long long)(trans_b ? n : k), (long long)b_cols,
+                        (long long)m, (long long)n);
+    if (m == 0 || n == 0)
+        return PD_OK;
+    if (!c || (k > 0 && (!a || !b)))
+        return PD_ERROR(PD_EINVAL, "gemm: missing matrix pointer");
+    PD_CHECK(pd_cuda_enter(dev, &st));
+    /* cuBLAS is column-major: a row-major matrix is its transpose there, so
+     * row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, i.e.
+     * the same call with the operands swapped and m, n exchanged. With k == 0
+     * or alpha == 0 cuBLAS (as BLAS) reads neither A nor B and scales C by
+     * beta, not reading C when beta == 0. */
+    PD_CUBLAS_CHECK(cublasSgemm(st->cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                (int)n, (int)m, (int)k, &alpha, b, (int)ldb, a, (int)lda, &beta, c, (int)ldc));
+    return PD_OK;
+}
+#endif
+
+static pd_status cuda_fill(pd_device *dev, pd_tensor *y, float value)
+{
+    pd_cuda_state *st;
+
+    PD_CHECK(expect_f32(y, y ? &y->shape : NULL, "fill y"));
+    PD_CHECK(pd_cuda_enter(dev, &st));
+    return pd_cuda_launch_fill(&st->launch, y->data, pd_tensor_numel(y), value);
+}
+
+static pd_status cuda_axpby(pd_device *dev, float alpha, const pd_tensor *x, float beta, pd_tensor *y)
+{
+    pd_cuda_state *st;
+
+    PD_CHECK(expect_f32(x, x ? &x->shape : NULL, "axpby x"));
+    PD_CHECK(expect_f32(y, &x->shape, "axpby y"));
+    PD_CHECK(pd_cuda_enter(dev, &st));
+    return pd_cuda_launch_axpby(&st->launch, alpha, x->data, beta, y->data, pd_tensor_numel(x));
+}
+
+static pd_status cuda_add(pd_device *dev, const pd_tensor *a, const pd_tensor *b, pd_tensor *y)
+{
+    pd_cuda_state *st;
+
+    PD_CHECK(expect_f32(a, a ? &a->shape : NULL, "add a"));
+    PD_CHECK(expect_f32(b, &a->shape, "add b"));
+    PD_CHECK(expect_f32(y, &a->shape, "add y"));
+    PD_CHECK(pd_cuda_enter(dev, &st));
+    return pd_cuda_launch_add(&st->launch, a->data, b->data, y->data, pd_tensor_numel(a));
+}
+
+static pd_status cuda_convert(pd_device *dev, const pd_tensor *x, pd_tensor *y)
+{
+    pd_cuda_state *st;
+
+    if (!x || !y)
+        return PD_ERROR(PD_EINVAL, "convert: missing tensor");
+    if (pd_tensor_numel(x) != pd_tensor_numel(y))
+        return PD_ERROR(PD_ESHAPE, "convert: %lld elements into %lld", (long long)pd_tensor_numel(x),
+                        (long long)pd_tensor_numel(y));
+    if (pd_dtype_size(x->dtype) == 0 || pd_dtype_size(y->dtype) == 0)
+        return PD_ERROR(PD_EINVAL, "convert: invalid dtype %d -> %d", (int)x->dtype, (int)y->dtype);
+    PD_CHECK(pd_cuda_enter(dev, &st));
+    return pd_cuda_launch_convert(&st->launch, x->dtype, x->data, y->dtype, y->data, pd_tensor_numel(x));
+}
+
+static pd_status cuda_sum(pd_device *dev, const pd_tensor *x, pd_tensor *out)
+{
+    pd_shape one = pd_shape_make(1, (int64_t)1);
+    pd_cuda_state *st;
+    void *partials;
+
+    PD_CHECK(expect_f32(x, x ? &x->shape : NULL, "sum x"));
+    PD_CHECK(expect_f32(out, &one, "sum out"));
+    PD_CHECK(pd_cuda_scratch(dev, PD_CUDA_SUM_BLOCKS * sizeof(double), &partials));
+    PD_CHECK(pd_cuda_enter(dev, &st));
+    return pd_cuda_launch_sum(&st->launch, x->data, pd_tensor_numel(x), partials, out->data);
+}
+
+static pd_status cuda_relu_forward(pd_device *dev, const pd_tensor *x, pd_tensor *y)
+{
+    pd_cuda_state *st;
+
+    PD_CHECK(expect_f32(x, x ? &x->shape : NULL, "relu x"));
+    PD_CHECK(expect_f32(y, &x->shape, "relu y"));
+    PD_CHECK(pd_cuda_enter(dev, &st));
+    return pd_cuda_launch_relu_forward(&st->launch, x->data, y->data, pd_tensor_numel(x));
+}
+
+static pd_status cuda_relu_backward(pd_device *dev, const pd_tensor *y, const pd_tensor *dy, pd_tensor *dx)
+{
+    pd_cuda_state *st;
+
+    PD_CHECK(expect_f32(y, y ? &y->shape : NULL, "relu backward y"));
+    PD_CHECK(expect_f32(dy, &y->shape, "relu backward dy"));
+    PD_CHECK(expect_f32(dx, &y->shape, "relu backward dx"));
+    PD_CHECK(pd_cuda_enter(dev, &st));
+    return pd_cuda_launch_relu_backward(&st->launch, y->data, dy->data, dx->data, pd_tensor_numel(y));
+}
+
+/* out = in * mask / (1-p) with the mask of (seed, index): both passes. */
+static pd_status dropout_apply(pd_device *dev, float p, uint64_t seed, const pd_tensor *x, pd_tensor *y,
+                               const char *what_x, const char *what_y)
+{
+    pd_cuda_state *st;
+    const int64_t n = x ? pd_tensor_numel(x) : 0;
+
+    PD_CHECK(expect_f32(x, x ? &x->shape : NULL, what_x));
+    PD_CHECK(expect_f32(y, &x->shape, what_y));
+    if (!(p >= 0.0f && p < 1.0f))
+        return PD_ERROR(PD_EINVAL, "%s: dropout probability must be in [0,1), got %g", what_x, (double)p);
+    PD_CHECK(pd_cuda_enter(dev, &st));
+    if (p == 0.0f) {
+        if (y->data != x->data && n > 0)
+            PD_CUDA_CHECK(cudaMemcpyAsync(y->data, x->data, (size_t)n * sizeof(float), cudaMemcpyDeviceToDevice,
+                                          st->launch.stream));
+        return PD_OK;
+    }
+    return pd_cuda_launch_dropout(&st->launch, p, seed, x->data, y->data, n);
+}
+
+static pd_status cuda_dropout_forward(pd_device *dev, float p, uint64_t seed, const pd_tensor *x, pd_tensor *y)
+{
+    return dropout_apply(dev, p, seed, x, y, "dropout forward x", "dropout forward y");
+}
+
+static pd_status cuda_dropout_backward(pd_device *dev, float p, uint64_t seed, const pd_tensor *dy, pd_tensor *dx)
+{
+    return dropout_apply(dev, p, seed, dy, dx, "dropout backward dy", "dropout backward dx");
+}
+
+static pd_status cuda_sgd_update(pd_device *dev, const pd_sgd_desc *desc, pd_tensor *w, const pd_tensor *g,
+                                 pd_tensor *momentum_buf)
+{
+    pd_cuda_state *st;
+
+    PD_CHECK(expect_f32(w, w ? &w->shape : NULL, "sgd w"));
+    PD_CHECK(expect_f32(g, &w->shape, "sgd g"));
+    if (!(desc->lr >= 0.0f) || !(desc->momentum >= 0.0f) || !(desc->weight_decay >= 0.0f))
+        return PD_ERROR(PD_EINVAL, "sgd: lr, momentum and weight_decay must be >= 0, got %g, %g, %g",
+                        (double)desc->lr, (double)desc->momentum, (double)desc->weight_decay);
+    if (desc->nesterov && (desc->momentum <= 0.0f || desc->dampening != 0.0f))
+        return PD_ERROR(PD_EINVAL, "sgd: nesterov needs momentum > 0 and dampening 0, got %g and %g",
+                        (double)desc->momentum, (double)desc->dampening);
+    if (desc->momentum != 0.0f)
+        PD_CHECK(expect_f32(momentum_buf, &w->shape, "sgd momentum buffer"));
+    PD_CHECK(pd_cuda_enter(dev, &st));
+    return pd_cuda_launch_sgd(&st->launch, desc, w->data, g->data, desc->momentum != 0.0f ? momentum_buf->data : NULL,
+                              pd_tensor_numel(w));
+}
+
+static pd_status cuda_adam_update(pd_device *dev, const pd_adam_desc *desc, pd_tensor *w, const pd_tensor *g,
+                                  pd_tensor *m, pd_tensor *v)
+{
+    pd_cuda_state *st;
+
+    PD_CHECK(expect_f32(w, w ? &w->shape : NULL, "adam w"));
+    PD_CHECK(expect_f32(g, &w->shape, "adam g"));
+    PD_CHECK(expect_f32(m, &w->shape, "adam m"));
+    PD_CHECK(expect_f32(v, &w->shape, "adam v"));
+    if (desc->step < 1)
+        return PD_ERROR(PD_EINVAL, "adam: step counts from 1, got %lld", (long long)desc->step);
+    if (!(desc->lr >= 0.0f) || !(desc->eps >= 0.0f) || !(desc->weight_decay >= 0.0f))
+        return PD_ERROR(PD_EINVAL, "adam: lr, eps and weight_decay must be >= 0, got %g, %g, %g", (double)desc->lr,
+                        (double)desc->eps, (double)desc->weight_decay);
+    if (!(desc->beta1 >= 0.0f && desc->beta1 < 1.0f) || !(desc->beta2 >= 0.0f && desc->beta2 < 1.0f))
+        return PD_ERROR(PD_EINVAL, "adam: betas must be in [0,1), got %g and %g", (double)desc->beta1,
+                        (double)desc->beta2);
+    PD_CHECK(pd_cuda_enter(dev, &st));
+    return pd_cuda_launch_adam(&st->launch, desc, w->data, g->data, m->data, v->data, pd_tensor_numel(w));
+}
+
+static const pd_device_ops cuda_ops = {
+#ifdef HAVE_CUBLAS
+    .gemm = cuda_gemm,
+#endif
+    .fill = cuda_fill,
+    .axpby = cuda_axpby,
+    .add = cuda_add,
+    .convert = cuda_convert,
+    .sum = cuda_sum,
+    .relu_forward = cuda_relu_forward,
+    .relu_backward = cuda_relu_backward,
+    .dropout_forward = cuda_dropout_forward,
+    .dropout_backward = cuda_dropout_backward,
+    .sgd_update = cuda_sgd_update,
+    .adam_update = cuda_adam_update,
+};
+
+const pd_backend pd_backend_cuda = {
+    .name = "cuda",
+    .open = cuda_open,
+    .close = cuda_close,
+    .ops = &cuda_ops,
+};

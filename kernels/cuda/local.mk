@@ -13,10 +13,14 @@ kernels_libpd_kernels_la_SOURCES += \
 	kernels/cuda/elementwise.cu \
 	kernels/cuda/optimizer.cu
 kernels_libpd_kernels_la_LIBADD += $(CUDA_LDFLAGS) $(CUDA_LIBS)
+if HAVE_CUBLAS
+kernels_libpd_kernels_la_CPPFLAGS += $(CUBLAS_CPPFLAGS)
+kernels_libpd_kernels_la_LIBADD += $(CUBLAS_LDFLAGS) $(CUBLAS_LIBS)
+endif
 endif
 
 SUFFIXES += .cu
 NVCC_ALLFLAGS = $(NVCCFLAGS) -O3 -std=c++17 $(DEFS) $(DEFAULT_INCLUDES) \
-	$(AM_CPPFLAGS) $(CUDA_CPPFLAGS) $(CPPFLAGS)
+	$(AM_CPPFLAGS) $(CUDA_CPPFLAGS) $(CUBLAS_CPPFLAGS) $(CPPFLAGS)
 .cu.lo:
 	$(AM_V_GEN)$(SHELL) $(top_srcdir)/config/nvcc-lt.sh $@ $(NVCC) $(NVCC_ALLFLAGS) -c $<

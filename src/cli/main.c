@@ -1,1 +1,166 @@
-int main(void) { return 0; }
+/* The `pipedream` command: global options, verb dispatch, and the helpers
+ * every verb shares (one-line errors, strict number parsing). */
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <pipedream.h>
+
+#include "cli/pd_cli.h"
+
+void pd_cli_error(const char *fmt, ...)
+{
+    char message[2048];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(message, sizeof(message), fmt, ap);
+    va_end(ap);
+    /* One line, whatever the message holds. */
+    for (char *c = message; *c; c++)
+        if (*c == '\n' || *c == '\r')
+            *c = ' ';
+    fprintf(stderr, "pipedream: %s\n", message);
+}
+
+int pd_cli_exit_code(pd_status status)
+{
+    switch (status) {
+    case PD_EINVAL:
+    case PD_EIO:
+    case PD_EFORMAT:
+    case PD_ESHAPE:
+    case PD_ENOTFOUND:
+    case PD_ENOTSUP:
+        return PD_CLI_USAGE;
+    default:
+        return PD_CLI_FAILURE;
+    }
+}
+
+void pd_cli_option_error(const char *verb, int ret, char *const *argv, int optind_value)
+{
+    const char *option = optind_value > 0 ? argv[optind_value - 1] : "?";
+    const char *what = ret == ':' ? "needs a value" : "is unknown or malformed";
+
+    if (verb)
+        pd_cli_error("%s: option '%s' %s (see 'pipedream %s --help')", verb, option, what, verb);
+    else
+        pd_cli_error("option '%s' %s (see 'pipedream --help')", option, what);
+}
+
+/* strtoll/strtod skip leading blanks; a strict parse does not. */
+static bool starts_like_a_number(const char *text) { return text[0] != '\0' && !isspace((unsigned char)text[0]); }
+
+int pd_cli_parse_int64(const char *option, const char *text, int64_t min, int64_t max, int64_t *out)
+{
+    char *end;
+    long long v;
+
+    errno = 0;
+    v = starts_like_a_number(text) ? strtoll(text, &end, 10) : 0;
+    if (!starts_like_a_number(text) || *end != '\0') {
+        pd_cli_error("%s: '%s' is not an integer", option, text);
+        return -1;
+    }
+    if (errno == ERANGE || v < min || v > max) {
+        pd_cli_error("%s: %s is out of range [%lld, %lld]", option, text, (long long)min, (long long)max);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int pd_cli_parse_double(const char *option, const char *text, double min, double max, double *out)
+{
+    char *end;
+    double v;
+
+    errno = 0;
+    v = starts_like_a_number(text) ? strtod(text, &end) : 0;
+    if (!starts_like_a_number(text) || *end != '\0') {
+        pd_cli_error("%s: '%s' is not a number", option, text);
+        return -1;
+    }
+    if (!isfinite(v)) {
+        pd_cli_error("%s: '%s' is not a finite number", option, text);
+        return -1;
+    }
+    if (errno == ERANGE || v < min || v > max) {
+        pd_cli_error("%s: %s is out of range [%g, %g]", option, text, min, max);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "Usage: pipedream [--help] [--version] <verb> [options]\n"
+            "\n"
+            "Pipeline-parallel DNN training (PipeDream) in C.\n"
+            "\n"
+            "Verbs:\n"
+            "  train     train a model on a data set (single process)\n"
+            "\n"
+            "'pipedream <verb> --help' describes a verb's options.\n"
+            "Exit status: 0 success, 1 runtime failure, 2 bad usage or bad input file.\n");
+}
+
+static void version(void)
+{
+    const char *const *backends;
+    int n = pd_device_backends(&backends);
+
+    printf("pipedream %s (devices:", PACKAGE_VERSION);
+    for (int i = 0; i < n; i++)
+        printf(" %s", backends[i]);
+    printf(")\n");
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option options[] = {
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
+        {NULL, 0, NULL, 0},
+    };
+    int c;
+
+    opterr = 0;
+    /* '+': stop at the verb, whose options are its own. */
+    while ((c = getopt_long(argc, argv, "+:hV", options, NULL)) != -1) {
+        switch (c) {
+        case 'h': usage(stdout); return PD_CLI_OK;
+        case 'V': version(); return PD_CLI_OK;
+        default:
+            pd_cli_option_error(NULL, c, argv, optind);
+            return PD_CLI_USAGE;
+        }
+    }
+    if (optind >= argc) {
+        pd_cli_error("no verb given (see 'pipedream --help')");
+        return PD_CLI_USAGE;
+    }
+    const char *verb = argv[optind];
+    int verb_argc = argc - optind;
+    char **verb_argv = argv + optind;
+
+    optind = 0; /* glibc: re-initialise getopt for the verb's own parse */
+    if (strcmp(verb, "train") == 0)
+        return pd_cli_train(verb_argc, verb_argv);
+    if (strcmp(verb, "help") == 0) {
+        usage(stdout);
+        return PD_CLI_OK;
+    }
+    pd_cli_error("unknown verb '%s' (see 'pipedream --help')", verb);
+    return PD_CLI_USAGE;
+}
