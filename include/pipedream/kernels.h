@@ -146,7 +146,8 @@ typedef struct pd_device_ops {
 
     /* Concatenates n tensors along `axis` (all other dimensions equal). */
     pd_status (*concat_forward)(pd_device *dev, int axis, int n, const pd_tensor *const *xs, pd_tensor *y);
-    /* Splits dy along `axis` into dxs (entries may be NULL to skip). */
+    /* Splits dy along `axis` into dxs; an entry without data (a view with
+     * data NULL) is skipped, its shape still placing the others. */
     pd_status (*concat_backward)(pd_device *dev, int axis, int n, const pd_tensor *dy, pd_tensor *const *dxs);
 
     /* ids [...] i32 in [0,V) (else PD_EINVAL), table [V,D], y [..., D]. */

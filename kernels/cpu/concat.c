@@ -2,9 +2,8 @@
  * gradient. Row-major layout makes both a blocked copy: for each of the
  * `outer` index tuples before the axis, every part contributes one contiguous
  * run of dim[axis] * (product of the dims after it) elements. Any dtype; all
- * tensors must share it. In the split, NULL parts are skipped; their width is
- * what the present parts leave, so the NULL entries must form one run of
- * consecutive entries (else PD_EINVAL). */
+ * tensors must share it. In the split, parts without data are skipped; their
+ * shapes still place the others. */
 #include "config.h"
 
 #include <string.h>
@@ -14,15 +13,13 @@
 /* Copies below this many bytes in all are not worth waking threads for. */
 #define CONCAT_PARALLEL_BYTES (1 << 20)
 
-/* Checks that the present parts fit `whole` along `axis`; `what` names the
- * kernel and `part` the parts ("x", "dx"). Sets *gap to the width along the
- * axis left for the NULL parts (0 when every part is present). */
+/* Checks that the parts fit `whole` along `axis`; `what` names the kernel
+ * and `part` the parts ("x", "dx"). */
 static pd_status check_parts(const char *what, const char *part, int axis, int n, const pd_tensor *const *parts,
-                             const pd_tensor *whole, int64_t *gap)
+                             const pd_tensor *whole)
 {
     char want[96], got[96];
     int64_t total = 0;
-    int runs = 0;
 
     if (!whole)
         return PD_ERROR(PD_EINVAL, "%s: missing concatenated tensor", what);
@@ -35,11 +32,8 @@ static pd_status check_parts(const char *what, const char *part, int axis, int n
         return PD_ERROR(PD_ESHAPE, "%s: the concatenated tensor %s is not contiguous", what, want);
     for (int i = 0; i < n; i++) {
         const pd_tensor *p = parts[i];
-        if (!p) {
-            if (i == 0 || parts[i - 1])
-                runs++;
-            continue;
-        }
+        if (!p)
+            return PD_ERROR(PD_EINVAL, "%s: %s[%d] is missing", what, part, i);
         pd_shape_format(&p->shape, got, sizeof(got));
         if (p->dtype != whole->dtype)
             return PD_ERROR(PD_ESHAPE, "%s: %s[%d] is %s, the concatenated tensor %s", what, part, i,
@@ -55,21 +49,15 @@ static pd_status check_parts(const char *what, const char *part, int axis, int n
             return PD_ERROR(PD_ESHAPE, "%s: %s[%d] %s is not contiguous", what, part, i, got);
         total += p->shape.dim[axis];
     }
-    if (runs > 1)
-        return PD_ERROR(PD_EINVAL, "%s: the skipped (NULL) %s entries form %d separate runs; their widths along "
-                        "axis %d cannot be told apart (at most one run of consecutive NULL entries)", what, part,
-                        runs, axis);
-    if (runs == 0 ? total != whole->shape.dim[axis] : total > whole->shape.dim[axis])
+    if (total != whole->shape.dim[axis])
         return PD_ERROR(PD_ESHAPE, "%s: the %s parts span %lld along axis %d, the concatenated tensor %s has %lld",
                         what, part, (long long)total, axis, want, (long long)whole->shape.dim[axis]);
-    *gap = whole->shape.dim[axis] - total;
     return PD_OK;
 }
 
 /* Gathers the parts into whole (to_whole) or scatters whole into the parts,
- * skipping NULL parts, which together span `gap` indices of the axis. */
-static void blocked_copy(int axis, int n, const pd_tensor *const *parts, const pd_tensor *whole, int64_t gap,
-                         bool to_whole)
+ * skipping parts without data. */
+static void blocked_copy(int axis, int n, const pd_tensor *const *parts, const pd_tensor *whole, bool to_whole)
 {
     size_t es = pd_dtype_size(whole->dtype);
     int64_t outer = 1, inner = 1;
@@ -83,23 +71,20 @@ static void blocked_copy(int axis, int n, const pd_tensor *const *parts, const p
 
     for (int i = 0; i < n; i++) {
         const pd_tensor *p = parts[i];
-        if (!p) {
-            if (i == 0 || parts[i - 1])
-                offset += (size_t)(gap * inner) * es;
-            continue;
-        }
         size_t part_row = (size_t)(p->shape.dim[axis] * inner) * es;
         char *pbase = p->data;
         bool parallel = outer > 1 && (size_t)outer * part_row >= CONCAT_PARALLEL_BYTES;
         (void)parallel; /* unused without OpenMP */
+        if (pbase) {
 #pragma omp parallel for schedule(static) if (parallel)
-        for (int64_t o = 0; o < outer; o++) {
-            char *w = wbase + (size_t)o * whole_row + offset;
-            char *x = pbase + (size_t)o * part_row;
-            if (to_whole)
-                memcpy(w, x, part_row);
-            else
-                memcpy(x, w, part_row);
+            for (int64_t o = 0; o < outer; o++) {
+                char *w = wbase + (size_t)o * whole_row + offset;
+                char *x = pbase + (size_t)o * part_row;
+                if (to_whole)
+                    memcpy(w, x, part_row);
+                else
+                    memcpy(x, w, part_row);
+            }
         }
         offset += part_row;
     }
@@ -107,22 +92,18 @@ static void blocked_copy(int axis, int n, const pd_tensor *const *parts, const p
 
 pd_status pd_cpu_concat_forward(pd_device *dev, int axis, int n, const pd_tensor *const *xs, pd_tensor *y)
 {
-    int64_t gap;
-
-    for (int i = 0; xs && i < n; i++)
-        if (!xs[i])
-            return PD_ERROR(PD_EINVAL, "concat: x[%d] is missing", i);
-    PD_CHECK(check_parts("concat", "x", axis, n, xs, y, &gap));
-    blocked_copy(axis, n, xs, y, gap, true);
+    PD_CHECK(check_parts("concat", "x", axis, n, xs, y));
+    for (int i = 0; i < n; i++)
+        if (!xs[i]->data && pd_tensor_numel(xs[i]) > 0)
+            return PD_ERROR(PD_EINVAL, "concat: x[%d] has no data", i);
+    blocked_copy(axis, n, xs, y, true);
     return PD_OK;
 }
 
 pd_status pd_cpu_concat_backward(pd_device *dev, int axis, int n, const pd_tensor *dy, pd_tensor *const *dxs)
 {
     const pd_tensor *const *parts = (const pd_tensor *const *)dxs;
-    int64_t gap;
-
-    PD_CHECK(check_parts("concat backward", "dx", axis, n, parts, dy, &gap));
-    blocked_copy(axis, n, parts, dy, gap, false);
+    PD_CHECK(check_parts("concat backward", "dx", axis, n, parts, dy));
+    blocked_copy(axis, n, parts, dy, false);
     return PD_OK;
 }

@@ -176,7 +176,8 @@ static void test_concat_i32(void **state)
     pd_tensor_destroy(y);
 }
 
-/* NULL entries of the split are skipped; one run of them may be anywhere. */
+/* Parts without data are skipped in the split; their shapes place the rest,
+ * wherever they stand. */
 static void test_concat_backward_skips(void **state)
 {
     fixture *f = *state;
@@ -184,27 +185,32 @@ static void test_concat_backward_skips(void **state)
     rng_seed(2);
     pd_tensor *dy = make_random(f->dev, 2, dy_dims, -1, 1);
     pd_tensor *a = make(f->dev, PD_F32, 2, d1), *c = make(f->dev, PD_F32, 2, d2);
+    pd_tensor skip1, skip2;
+    pd_shape w1 = pd_shape_make(2, (int64_t)3, (int64_t)1), w2 = pd_shape_make(2, (int64_t)3, (int64_t)2);
     const float *g = dy->data;
 
-    /* parts widths 1, (2 + 1 skipped), 2: dx = [a, NULL, NULL, c] */
-    pd_tensor *dxs[4] = {a, NULL, NULL, c};
+    pd_tensor_view(&skip1, f->dev, PD_F32, &w1, NULL);
+    pd_tensor_view(&skip2, f->dev, PD_F32, &w2, NULL);
+    /* widths 1, 2 (skipped), 1 (skipped), 2 */
+    pd_tensor *dxs[4] = {a, &skip2, &skip1, c};
     assert_int_equal(f->dev->ops->concat_backward(f->dev, 1, 4, dy, dxs), PD_OK);
     for (int r = 0; r < 3; r++) {
         assert_true(((float *)a->data)[r] == g[r * 6 + 0]);
         assert_true(((float *)c->data)[r * 2 + 0] == g[r * 6 + 4]);
         assert_true(((float *)c->data)[r * 2 + 1] == g[r * 6 + 5]);
     }
-    /* A leading run. */
-    pd_tensor *lead[3] = {NULL, a, c};
-    assert_int_equal(f->dev->ops->concat_backward(f->dev, 1, 3, dy, lead), PD_OK);
-    for (int r = 0; r < 3; r++)
-        assert_true(((float *)a->data)[r] == g[r * 6 + 3]);
-
-    /* Two separate runs cannot be placed. */
-    pd_tensor *two[4] = {NULL, a, NULL, c};
+    /* Skipped parts on both sides of a wanted one: widths 2 (skipped), 1, 1 (skipped), 2. */
+    pd_tensor *apart[4] = {&skip2, a, &skip1, c};
+    assert_int_equal(f->dev->ops->concat_backward(f->dev, 1, 4, dy, apart), PD_OK);
+    for (int r = 0; r < 3; r++) {
+        assert_true(((float *)a->data)[r] == g[r * 6 + 2]);
+        assert_true(((float *)c->data)[r * 2 + 1] == g[r * 6 + 5]);
+    }
+    /* A missing entry is an error, not a guess. */
+    pd_tensor *missing[3] = {NULL, a, c};
     pd_error_clear();
-    assert_int_equal(f->dev->ops->concat_backward(f->dev, 1, 4, dy, two), PD_EINVAL);
-    assert_non_null(strstr(pd_last_error(), "runs"));
+    assert_int_equal(f->dev->ops->concat_backward(f->dev, 1, 3, dy, missing), PD_EINVAL);
+    assert_non_null(strstr(pd_last_error(), "dx[0] is missing"));
     pd_tensor_destroy(dy);
     pd_tensor_destroy(a);
     pd_tensor_destroy(c);

@@ -54,23 +54,24 @@ static pd_status concat_forward(pd_layer *l, pd_device *dev, bool training)
 static pd_status concat_backward(pd_layer *l, pd_device *dev)
 {
     const concat_hparams *hp = (const concat_hparams *)l->hparams;
-    int runs = 0, wanted = 0;
+    pd_tensor skipped[PD_LAYER_MAX_INPUTS];
+    pd_tensor *parts[PD_LAYER_MAX_INPUTS];
+    int wanted = 0;
 
-    /* The split infers the width of skipped inputs from the others, which
-     * works for one run of consecutive skipped inputs. */
+    /* Inputs that need no gradient get a data-less part: the split skips it
+     * but its shape still places the others. */
     for (int i = 0; i < l->n_inputs; i++) {
-        if (l->d_in[i])
+        parts[i] = l->d_in[i];
+        if (!parts[i]) {
+            pd_tensor_view(&skipped[i], dev, l->in_dtype[i], &l->in_shape[i], NULL);
+            parts[i] = &skipped[i];
+        } else {
             wanted++;
-        else if (i == 0 || l->d_in[i - 1])
-            runs++;
+        }
     }
     if (wanted == 0)
         return PD_OK;
-    if (runs > 1)
-        return PD_ERROR(PD_ENOTSUP, "layer '%s' (concat): gradients are wanted for inputs separated by %d runs of "
-                        "inputs without gradient; order the inputs so that those without gradient are adjacent",
-                        l->name, runs);
-    return dev->ops->concat_backward(dev, hp->axis, l->n_inputs, l->d_out, l->d_in);
+    return dev->ops->concat_backward(dev, hp->axis, l->n_inputs, l->d_out, parts);
 }
 
 static const pd_layer_class concat_class = {
