@@ -1,6 +1,7 @@
 /* pipedream: pipeline-parallel DNN training (PipeDream) in C.
  * The installed API: status codes and logging, tensors and devices, the
- * device compute table, the layer graph and optimizers. */
+ * device compute table, the layer graph and optimizers, JSON and safetensors
+ * files, data sets and the model registry. */
 #ifndef PIPEDREAM_H
 #define PIPEDREAM_H
 
@@ -12,5 +13,7 @@
 #include <pipedream/optim.h>
 #include <pipedream/json.h>
 #include <pipedream/safetensors.h>
+#include <pipedream/data.h>
+#include <pipedream/models.h>
 
 #endif

@@ -24,6 +24,11 @@ tests_backend_ops_test_backend_ops_SOURCES = \
 tests_backend_ops_test_backend_ops_LDADD = $(TEST_LDADD)
 TESTS += tests/backend_ops/test_backend_ops
 
+# The CUDA entries against the CPU's (plain TAP; skips without a GPU).
+check_PROGRAMS += tests/unit/test_cuda_ops
+tests_unit_test_cuda_ops_LDADD = $(TEST_LDADD)
+TESTS += tests/unit/test_cuda_ops
+
 if HAVE_CMOCKA
 UNIT_TESTS = \
 	tests/unit/test_core \
@@ -34,7 +39,9 @@ UNIT_TESTS = \
 	tests/unit/test_cpu_optimizer \
 	tests/unit/test_cpu_sequence \
 	tests/unit/test_json \
-	tests/unit/test_safetensors
+	tests/unit/test_safetensors \
+	tests/unit/test_data \
+	tests/unit/test_models
 check_PROGRAMS += $(UNIT_TESTS)
 TESTS += $(UNIT_TESTS)
 tests_unit_test_core_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
@@ -46,6 +53,8 @@ tests_unit_test_cpu_optimizer_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
 tests_unit_test_cpu_sequence_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
 tests_unit_test_json_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
 tests_unit_test_safetensors_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
+tests_unit_test_data_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
+tests_unit_test_models_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
 endif
 
 # Integration tests (shell): real programs on real data.

@@ -44,7 +44,11 @@ export PATH="$PATH:/usr/local/cuda/bin"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 log "source $src, build $build, logs $out"
-{ nvidia-smi -L || echo "nvidia-smi: no GPU listed"; } | sed 's/^/  /'
+gpu_present=no
+if nvidia-smi -L 2>/dev/null | grep -q GPU; then
+    gpu_present=yes
+fi
+{ nvidia-smi -L 2>&1 || echo "nvidia-smi: no GPU listed"; } | sed 's/^/  /'
 { nvcc --version | tail -1 || echo "nvcc: not found"; } | sed 's/^/  /'
 { gcc --version | head -1 | sed 's/^/  /'; } || true
 
@@ -113,15 +117,21 @@ if ! timeout "${CHECK_TIMEOUT:-300}" make -j"$jobs" check >check.out 2>&1; then
     status=1
     failed_steps="$failed_steps make-check"
 fi
-sed -n '/^=\+$/,$p' check.out | head -30 || true
-grep -E '^(FAIL|ERROR|XPASS|SKIP):' check.out | head -40 || true
+sed -n '/^# TOTAL/,/^# ERROR/p' check.out
+grep -E '^(FAIL|ERROR|XPASS):' check.out | head -40 || true
+grep -E '^SKIP: [^ ]+$' check.out || true # whole programs skipped
+if [ "$gpu_present" = yes ] && grep -q 'SKIP.*no cuda device' check.out; then
+    grep -m1 'SKIP.*no cuda device' check.out
+    status=1
+    failed_steps="$failed_steps cuda-did-not-open"
+fi
 cp test-suite.log "$out/" 2>/dev/null || true
 find tests -name '*.log' -print0 2>/dev/null | tar czf "$out/test-logs.tar.gz" --null -T - 2>/dev/null || true
 
 # Every CUDA entry against the CPU's, whether or not tests/local.mk lists it.
 cuda_test=tests/unit/test_cuda_ops
-if [ ! -x "$cuda_test" ]; then
-    log "building $cuda_test by hand"
+if ! grep -q 'test_cuda_ops' Makefile; then
+    log "building $cuda_test by hand (tests/local.mk does not list it)"
     mkdir -p tests/unit
     gcc -std=c11 -O2 -DHAVE_CONFIG_H -I. -I"$src/include" -I"$src" -I"$src/src" \
         "$src/tests/unit/test_cuda_ops.c" -Lsrc/.libs -Wl,-rpath,"$build/src/.libs" -lpipedream -lm \
@@ -139,6 +149,10 @@ if [ -x "$cuda_test" ]; then
         failed_steps="$failed_steps test_cuda_ops"
     fi
     grep -vE '^ok ' "$out/test_cuda_ops.tap" | head -40 || true
+    if [ "$gpu_present" = yes ] && grep -q '^1\.\.0 # SKIP' "$out/test_cuda_ops.tap"; then
+        status=1
+        failed_steps="$failed_steps cuda-did-not-open"
+    fi
     log "test_cuda_ops: $(grep -c '^ok ' "$out/test_cuda_ops.tap" || true) ok, $(grep -c '^not ok ' "$out/test_cuda_ops.tap" || true) not ok"
 fi
 

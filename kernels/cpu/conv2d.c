@@ -182,7 +182,13 @@ static pd_status grouped_gemm(pd_device *dev, int groups, bool trans_a, bool tra
 #ifdef _OPENMP
     parallel_groups = groups > 1 && groups >= omp_get_max_threads() && !omp_in_parallel();
 #endif
-#pragma omp parallel for schedule(static) if (parallel_groups)
+    if (!parallel_groups) { /* no enclosing region: a nested one inside it would start a new team per call */
+        for (int grp = 0; grp < groups; grp++)
+            PD_CHECK(pd_cpu_gemm(dev, trans_a, trans_b, m, n, k, 1.0f, a + grp * a_step, lda, b + grp * b_step, ldb,
+                                 beta, c + grp * c_step, ldc));
+        return PD_OK;
+    }
+#pragma omp parallel for schedule(static)
     for (int grp = 0; grp < groups; grp++)
         if (pd_cpu_gemm(dev, trans_a, trans_b, m, n, k, 1.0f, a + grp * a_step, lda, b + grp * b_step, ldb, beta,
                         c + grp * c_step, ldc) != PD_OK) {

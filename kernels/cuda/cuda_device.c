@@ -220,13 +220,19 @@ static void cuda_close(pd_device *dev)
     free(st);
 }
 
-/* A contiguous f32 tensor of `shape` that is not host memory. */
-static pd_status expect_f32(const pd_tensor *t, const pd_shape *shape, const char *what)
+/* PD_EINVAL unless t is device memory: a host tensor would fault the stream. */
+static pd_status expect_on_gpu(const pd_tensor *t, const char *what)
 {
-    PD_CHECK(pd_kernel_expect_f32(t, shape, what));
     if (t->device && t->device->kind != PD_DEVICE_CUDA)
         return PD_ERROR(PD_EINVAL, "%s: tensor is on %s, not on a CUDA device", what, t->device->name);
     return PD_OK;
+}
+
+/* A contiguous f32 tensor of `shape` in device memory. */
+static pd_status expect_f32(const pd_tensor *t, const pd_shape *shape, const char *what)
+{
+    PD_CHECK(pd_kernel_expect_f32(t, shape, what));
+    return expect_on_gpu(t, what);
 }
 
 #ifdef HAVE_CUBLAS
@@ -256,11 +262,14 @@ static pd_status cuda_gemm(pd_device *dev, bool trans_a, bool trans_b, int64_t m
     if (!c || (k > 0 && (!a || !b)))
         return PD_ERROR(PD_EINVAL, "gemm: missing matrix pointer");
     PD_CHECK(pd_cuda_enter(dev, &st));
+    /* No product term: C = beta * C, and beta == 0 clears NaN garbage (as
+     * the CPU does, without relying on how cuBLAS treats k == 0). */
+    if (k == 0 || alpha == 0.0f)
+        return pd_cuda_launch_scale_matrix(&st->launch, c, m, n, ldc, beta);
     /* cuBLAS is column-major: a row-major matrix is its transpose there, so
      * row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, i.e.
-     * the same call with the operands swapped and m, n exchanged. With k == 0
-     * or alpha == 0 cuBLAS (as BLAS) reads neither A nor B and scales C by
-     * beta, not reading C when beta == 0. */
+     * the same call with the operands swapped and m, n exchanged. cuBLAS
+     * does not read C when beta == 0. */
     PD_CUBLAS_CHECK(cublasSgemm(st->cublas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
                                 (int)n, (int)m, (int)k, &alpha, b, (int)ldb, a, (int)lda, &beta, c, (int)ldc));
     return PD_OK;
@@ -308,6 +317,8 @@ static pd_status cuda_convert(pd_device *dev, const pd_tensor *x, pd_tensor *y)
                         (long long)pd_tensor_numel(y));
     if (pd_dtype_size(x->dtype) == 0 || pd_dtype_size(y->dtype) == 0)
         return PD_ERROR(PD_EINVAL, "convert: invalid dtype %d -> %d", (int)x->dtype, (int)y->dtype);
+    PD_CHECK(expect_on_gpu(x, "convert x"));
+    PD_CHECK(expect_on_gpu(y, "convert y"));
     PD_CHECK(pd_cuda_enter(dev, &st));
     return pd_cuda_launch_convert(&st->launch, x->dtype, x->data, y->dtype, y->data, pd_tensor_numel(x));
 }

@@ -46,14 +46,15 @@ __global__ void __launch_bounds__(PD_CUDA_BLOCK)
 }
 
 template <int inputs, class Op>
-pd_status launch_map(const pd_cuda_launch *launch, Op op, const float *a, const float *b, float *y, int64_t n)
+pd_status launch_map(const pd_cuda_launch *launch, const char *what, Op op, const float *a, const float *b, float *y,
+                     int64_t n)
 {
     if (n <= 0)
         return PD_OK;
     const bool vec = pd_cuda_aligned16(a) && pd_cuda_aligned16(b) && pd_cuda_aligned16(y);
     const unsigned blocks = pd_cuda_grid(launch, vec ? (n + 3) / 4 : n);
     map_kernel<inputs><<<blocks, PD_CUDA_BLOCK, 0, launch->stream>>>(op, a, b, y, n, vec);
-    PD_CUDA_CHECK_LAUNCH("map_kernel");
+    PD_CUDA_CHECK_LAUNCH(what);
     return PD_OK;
 }
 
@@ -172,9 +173,9 @@ __device__ float load_as_f32(const void *src, int64_t i)
         return (float)static_cast<const uint8_t *>(src)[i];
 }
 
-/* Integers round to nearest even through lrintf as on the host; values out
- * of the target's range (and inf) convert as the hardware does, which C
- * leaves undefined anyway. */
+/* Integers round to nearest even to 64 bits (__float2ll_rn, the host's
+ * lrintf), then narrow as the host does; NaN, inf and values beyond 64 bits
+ * convert as the hardware does, which C leaves unspecified anyway. */
 template <pd_dtype dtype>
 __device__ void store_from_f32(void *dst, int64_t i, float value)
 {
@@ -185,9 +186,9 @@ __device__ void store_from_f32(void *dst, int64_t i, float value)
     else if constexpr (dtype == PD_F16)
         static_cast<uint16_t *>(dst)[i] = f32_to_f16(value);
     else if constexpr (dtype == PD_I32)
-        static_cast<int32_t *>(dst)[i] = (int32_t)lrintf(value);
+        static_cast<int32_t *>(dst)[i] = (int32_t)__float2ll_rn(value);
     else
-        static_cast<uint8_t *>(dst)[i] = (uint8_t)fminf(fmaxf((float)lrintf(value), 0.0f), 255.0f);
+        static_cast<uint8_t *>(dst)[i] = (uint8_t)fminf(fmaxf((float)__float2ll_rn(value), 0.0f), 255.0f);
 }
 
 template <pd_dtype from, pd_dtype to>
@@ -212,7 +213,7 @@ pd_status launch_convert_from(const pd_cuda_launch *launch, const void *x, pd_dt
     case PD_U8: convert_kernel<from, PD_U8><<<blocks, PD_CUDA_BLOCK, 0, launch->stream>>>(x, y, n); break;
     default: return PD_ERROR(PD_EINVAL, "convert: invalid target dtype %d", (int)y_dtype);
     }
-    PD_CUDA_CHECK_LAUNCH("convert_kernel");
+    PD_CUDA_CHECK_LAUNCH("convert kernel launch");
     return PD_OK;
 }
 
@@ -271,25 +272,38 @@ __global__ void __launch_bounds__(PD_CUDA_BLOCK) sum_final_kernel(const double *
         *out = (float)acc;
 }
 
+/* C[i, j] *= beta over a rows x cols matrix with row stride ld; beta == 0
+ * writes zeros without reading (C may hold NaN garbage). */
+__global__ void __launch_bounds__(PD_CUDA_BLOCK)
+    scale_matrix_kernel(float *c, int64_t rows, int64_t cols, int64_t ld, float beta)
+{
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < rows * cols; e += stride) {
+        float *p = c + (e / cols) * ld + e % cols;
+        *p = beta == 0.0f ? 0.0f : __fmul_rn(*p, beta);
+    }
+}
+
 } // namespace
 
 extern "C" pd_status pd_cuda_launch_fill(const pd_cuda_launch *launch, float *y, int64_t n, float value)
 {
-    return launch_map<0>(launch, fill_op{value}, nullptr, nullptr, y, n);
+    return launch_map<0>(launch, "fill kernel launch", fill_op{value}, nullptr, nullptr, y, n);
 }
 
 extern "C" pd_status pd_cuda_launch_axpby(const pd_cuda_launch *launch, float alpha, const float *x, float beta,
                                           float *y, int64_t n)
 {
     if (beta == 0.0f)
-        return launch_map<1>(launch, scale_op{alpha}, x, nullptr, y, n);
-    return launch_map<2>(launch, axpby_op{alpha, beta}, x, y, y, n);
+        return launch_map<1>(launch, "axpby kernel launch", scale_op{alpha}, x, nullptr, y, n);
+    return launch_map<2>(launch, "axpby kernel launch", axpby_op{alpha, beta}, x, y, y, n);
 }
 
 extern "C" pd_status pd_cuda_launch_add(const pd_cuda_launch *launch, const float *a, const float *b, float *y,
                                         int64_t n)
 {
-    return launch_map<2>(launch, add_op{}, a, b, y, n);
+    return launch_map<2>(launch, "add kernel launch", add_op{}, a, b, y, n);
 }
 
 extern "C" pd_status pd_cuda_launch_convert(const pd_cuda_launch *launch, pd_dtype x_dtype, const void *x,
@@ -325,26 +339,37 @@ extern "C" pd_status pd_cuda_launch_sum(const pd_cuda_launch *launch, const floa
     if (blocks < 1)
         blocks = 1; /* n == 0 still writes a zero partial, hence *out = 0 */
     sum_partials_kernel<<<(unsigned)blocks, PD_CUDA_BLOCK, 0, launch->stream>>>(x, n > 0 ? n : 0, vec, partials);
-    PD_CUDA_CHECK_LAUNCH("sum_partials_kernel");
+    PD_CUDA_CHECK_LAUNCH("sum kernel launch (first pass)");
     sum_final_kernel<<<1, PD_CUDA_BLOCK, 0, launch->stream>>>(partials, (int)blocks, out);
-    PD_CUDA_CHECK_LAUNCH("sum_final_kernel");
+    PD_CUDA_CHECK_LAUNCH("sum kernel launch (second pass)");
+    return PD_OK;
+}
+
+extern "C" pd_status pd_cuda_launch_scale_matrix(const pd_cuda_launch *launch, float *c, int64_t rows, int64_t cols,
+                                                 int64_t ld, float beta)
+{
+    if (rows <= 0 || cols <= 0 || beta == 1.0f)
+        return PD_OK;
+    scale_matrix_kernel<<<pd_cuda_grid(launch, rows * cols), PD_CUDA_BLOCK, 0, launch->stream>>>(c, rows, cols, ld,
+                                                                                                 beta);
+    PD_CUDA_CHECK_LAUNCH("scale_matrix kernel launch");
     return PD_OK;
 }
 
 extern "C" pd_status pd_cuda_launch_relu_forward(const pd_cuda_launch *launch, const float *x, float *y, int64_t n)
 {
-    return launch_map<1>(launch, relu_op{}, x, nullptr, y, n);
+    return launch_map<1>(launch, "relu_forward kernel launch", relu_op{}, x, nullptr, y, n);
 }
 
 extern "C" pd_status pd_cuda_launch_relu_backward(const pd_cuda_launch *launch, const float *y, const float *dy,
                                                   float *dx, int64_t n)
 {
-    return launch_map<2>(launch, relu_backward_op{}, y, dy, dx, n);
+    return launch_map<2>(launch, "relu_backward kernel launch", relu_backward_op{}, y, dy, dx, n);
 }
 
 extern "C" pd_status pd_cuda_launch_dropout(const pd_cuda_launch *launch, float p, uint64_t seed, const float *x,
                                             float *y, int64_t n)
 {
     /* The scale as the CPU computes it, in float. */
-    return launch_map<1>(launch, dropout_op{p, 1.0f / (1.0f - p), seed}, x, nullptr, y, n);
+    return launch_map<1>(launch, "dropout kernel launch", dropout_op{p, 1.0f / (1.0f - p), seed}, x, nullptr, y, n);
 }

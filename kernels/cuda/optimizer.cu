@@ -57,15 +57,15 @@ __global__ void __launch_bounds__(PD_CUDA_BLOCK)
 }
 
 template <int states, class Step>
-pd_status launch_update(const pd_cuda_launch *launch, Step step, float *w, const float *g, float *s0, float *s1,
-                        int64_t n, bool read_state)
+pd_status launch_update(const pd_cuda_launch *launch, const char *what, Step step, float *w, const float *g,
+                        float *s0, float *s1, int64_t n, bool read_state)
 {
     if (n <= 0)
         return PD_OK;
     const bool vec = pd_cuda_aligned16(w) && pd_cuda_aligned16(g) && pd_cuda_aligned16(s0) && pd_cuda_aligned16(s1);
     const unsigned blocks = pd_cuda_grid(launch, vec ? (n + 3) / 4 : n);
     update_kernel<states><<<blocks, PD_CUDA_BLOCK, 0, launch->stream>>>(step, w, g, s0, s1, n, vec, read_state);
-    PD_CUDA_CHECK_LAUNCH("update_kernel");
+    PD_CUDA_CHECK_LAUNCH(what);
     return PD_OK;
 }
 
@@ -115,8 +115,8 @@ extern "C" pd_status pd_cuda_launch_sgd(const pd_cuda_launch *launch, const pd_s
                                         const float *g, float *momentum_buf, int64_t n)
 {
     if (desc->momentum == 0.0f)
-        return launch_update<0>(launch, sgd_plain_step{desc->lr, desc->weight_decay}, w, g, nullptr, nullptr, n,
-                                false);
+        return launch_update<0>(launch, "sgd kernel launch", sgd_plain_step{desc->lr, desc->weight_decay}, w, g,
+                                nullptr, nullptr, n, false);
     const sgd_momentum_step step = {
         desc->lr,
         desc->weight_decay,
@@ -126,7 +126,7 @@ extern "C" pd_status pd_cuda_launch_sgd(const pd_cuda_launch *launch, const pd_s
         desc->nesterov,
         desc->first_step,
     };
-    return launch_update<1>(launch, step, w, g, momentum_buf, nullptr, n, !desc->first_step);
+    return launch_update<1>(launch, "sgd kernel launch", step, w, g, momentum_buf, nullptr, n, !desc->first_step);
 }
 
 extern "C" pd_status pd_cuda_launch_adam(const pd_cuda_launch *launch, const pd_adam_desc *desc, float *w,
@@ -145,5 +145,5 @@ extern "C" pd_status pd_cuda_launch_adam(const pd_cuda_launch *launch, const pd_
         (float)sqrt(bc2),
         desc->eps,
     };
-    return launch_update<2>(launch, step, w, g, m, v, n, true);
+    return launch_update<2>(launch, "adam kernel launch", step, w, g, m, v, n, true);
 }

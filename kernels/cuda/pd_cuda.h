@@ -91,12 +91,12 @@ static inline pd_status pd_cuda_error_at(const char *file, int line, const char 
     } while (0)
 
 /* After a <<<...>>> launch: a bad configuration (or an earlier asynchronous
- * fault) surfaces here as "<kernel> launch failed: ...". */
-#define PD_CUDA_CHECK_LAUNCH(kernel)                                                  \
-    do {                                                                              \
-        cudaError_t pd_cuda_e_ = cudaGetLastError();                                  \
-        if (pd_cuda_e_ != cudaSuccess)                                                \
-            return pd_cuda_error_at(__FILE__, __LINE__, kernel " launch", pd_cuda_e_); \
+ * fault) surfaces here as "<what> failed: ...", `what` naming the kernel. */
+#define PD_CUDA_CHECK_LAUNCH(what)                                            \
+    do {                                                                      \
+        cudaError_t pd_cuda_e_ = cudaGetLastError();                          \
+        if (pd_cuda_e_ != cudaSuccess)                                        \
+            return pd_cuda_error_at(__FILE__, __LINE__, (what), pd_cuda_e_); \
     } while (0)
 
 /* Blocks for `items` one-per-thread work items of a grid-stride kernel:
@@ -160,6 +160,10 @@ pd_status pd_cuda_launch_convert(const pd_cuda_launch *launch, pd_dtype x_dtype,
 /* *out = sum of x in double precision, rounded once to float; `partials`
  * is scratch for PD_CUDA_SUM_BLOCKS doubles. Deterministic for a given n. */
 pd_status pd_cuda_launch_sum(const pd_cuda_launch *launch, const float *x, int64_t n, double *partials, float *out);
+/* C[i, j] = beta * C[i, j] for a rows x cols matrix of row stride ld (the
+ * gemm without a product term); beta == 0 writes zeros without reading. */
+pd_status pd_cuda_launch_scale_matrix(const pd_cuda_launch *launch, float *c, int64_t rows, int64_t cols, int64_t ld,
+                                      float beta);
 /* y[i] = max(x[i], 0). */
 pd_status pd_cuda_launch_relu_forward(const pd_cuda_launch *launch, const float *x, float *y, int64_t n);
 /* dx[i] = y[i] > 0 ? dy[i] : 0. */

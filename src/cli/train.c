@@ -228,8 +228,9 @@ static void run_release(train_run *r)
         fclose(r->metrics);
 }
 
-/* Loads both splits, opens the device, builds and allocates the model, the
- * optimizer, the iterators and the host buffers. Returns -1 or an exit code. */
+/* Opens the device, loads both splits, makes the iterators, builds and
+ * allocates the model and its optimizer, and the host minibatch buffers.
+ * Returns -1 or an exit code. */
 static int run_setup(train_run *r)
 {
     const train_args *a = &r->args;

@@ -565,6 +565,8 @@ int main(void)
     }
     check_gemm(false, false, 5, 7, 0, 1.0f, 0.5f);
     check_gemm(false, false, 5, 7, 0, 1.0f, 0.0f);
+    check_gemm(true, false, 6, 4, 3, 0.0f, -2.0f);
+    check_gemm(false, true, 6, 4, 3, 0.0f, 0.0f);
     check_errors();
     check_memory();
 
