@@ -3,4 +3,8 @@
 set -e
 cd "$(dirname "$0")"
 autoreconf --force --install --warnings=all
-cp "$(automake --print-libdir)/tap-driver.sh" config/build-aux/tap-driver.sh
+# The test drivers tests/local.mk names (automake copies neither when
+# LOG_DRIVER is set).
+for driver in tap-driver.sh test-driver; do
+    cp "$(automake --print-libdir)/$driver" "config/build-aux/$driver"
+done

@@ -31,6 +31,21 @@ pd_status pd_kernel_expect_f32(const pd_tensor *t, const pd_shape *shape, const 
 /* PD_ESHAPE naming `what` unless a and b have the same dtype and shape. */
 pd_status pd_kernel_expect_same(const pd_tensor *a, const pd_tensor *b, const char *what);
 
+/* Checks a gemm call (see pd_device_ops.gemm): dimensions within int (BLAS
+ * takes int), leading dimensions that fit the stored matrices, pointers
+ * present. Sets *empty when m or n is 0, so there is nothing to compute. */
+pd_status pd_kernel_check_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float *a,
+                               int64_t lda, const float *b, int64_t ldb, const float *c, int64_t ldc, bool *empty);
+
+/* Checks an SGD step: hyper-parameters and the f32 tensors (the momentum
+ * buffer only when momentum is not 0). */
+pd_status pd_kernel_check_sgd(const pd_sgd_desc *desc, const pd_tensor *w, const pd_tensor *g,
+                              const pd_tensor *momentum_buf);
+
+/* Checks an Adam step: hyper-parameters, step >= 1 and the f32 tensors. */
+pd_status pd_kernel_check_adam(const pd_adam_desc *desc, const pd_tensor *w, const pd_tensor *g, const pd_tensor *m,
+                               const pd_tensor *v);
+
 /* Output size of a sliding window along one axis:
  * floor((in + 2*pad - dilation*(kernel-1) - 1) / stride) + 1 (ceil when
  * ceil_mode, keeping the last window starting inside the input or left

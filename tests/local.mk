@@ -8,7 +8,7 @@ SH_LOG_DRIVER = $(SHELL) $(top_srcdir)/config/build-aux/test-driver
 SH_LOG_COMPILER = $(SHELL)
 AM_TESTS_ENVIRONMENT = CMOCKA_MESSAGE_OUTPUT=TAP; export CMOCKA_MESSAGE_OUTPUT; \
 	top_builddir='$(abs_top_builddir)'; top_srcdir='$(abs_top_srcdir)'; \
-	export top_builddir top_srcdir; OMP_NUM_THREADS=2; export OMP_NUM_THREADS;
+	export top_builddir top_srcdir; OMP_NUM_THREADS=2; OMP_WAIT_POLICY=passive; export OMP_NUM_THREADS OMP_WAIT_POLICY;
 
 TEST_LDADD = src/libpipedream.la $(OPENBLAS_LDFLAGS) $(OPENBLAS_LIBS) $(JANSSON_LDFLAGS) $(JANSSON_LIBS)
 

@@ -39,9 +39,8 @@ static void blas_single_threaded(void)
 #endif
 }
 
-/* CBLAS takes int dimensions (OpenBLAS's default 32-bit blasint). */
-static bool fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
-
+/* CBLAS takes int dimensions (OpenBLAS's default 32-bit blasint): checked by
+ * pd_kernel_check_gemm. */
 static void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                   int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
 {
@@ -66,23 +65,11 @@ static int gemm_blocks(int64_t m, int64_t n, int64_t k, int64_t extent)
 pd_status pd_cpu_gemm(pd_device *dev, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                       const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
 {
-    int64_t a_cols = trans_a ? m : k; /* columns of A as stored */
-    int64_t b_cols = trans_b ? k : n;
+    bool empty;
 
-    if (!fits_int(m) || !fits_int(n) || !fits_int(k))
-        return PD_ERROR(PD_EINVAL, "gemm: dimensions m=%lld n=%lld k=%lld must lie in [0, %d]", (long long)m,
-                        (long long)n, (long long)k, INT_MAX);
-    if (!fits_int(lda) || !fits_int(ldb) || !fits_int(ldc) || lda < (a_cols > 1 ? a_cols : 1) ||
-        ldb < (b_cols > 1 ? b_cols : 1) || ldc < (n > 1 ? n : 1))
-        return PD_ERROR(PD_ESHAPE, "gemm: leading dimensions lda=%lld ldb=%lld ldc=%lld too small for A %s [%lld,%lld], "
-                        "B %s [%lld,%lld], C [%lld,%lld]", (long long)lda, (long long)ldb, (long long)ldc,
-                        trans_a ? "stored transposed" : "stored", (long long)(trans_a ? k : m), (long long)a_cols,
-                        trans_b ? "stored transposed" : "stored", (long long)(trans_b ? n : k), (long long)b_cols,
-                        (long long)m, (long long)n);
-    if (m == 0 || n == 0)
+    PD_CHECK(pd_kernel_check_gemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, &empty));
+    if (empty)
         return PD_OK;
-    if (!c || (k > 0 && (!a || !b)))
-        return PD_ERROR(PD_EINVAL, "gemm: missing matrix pointer");
     if (k == 0 || alpha == 0.0f) {
         /* No product term: C = beta * C, and beta == 0 clears NaN garbage. */
         for (int64_t i = 0; i < m; i++) {

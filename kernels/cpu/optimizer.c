@@ -12,14 +12,7 @@
 pd_status pd_cpu_sgd_update(pd_device *dev, const pd_sgd_desc *desc, pd_tensor *w, const pd_tensor *g,
                             pd_tensor *momentum_buf)
 {
-    PD_CHECK(pd_kernel_expect_f32(w, w ? &w->shape : NULL, "sgd w"));
-    PD_CHECK(pd_kernel_expect_f32(g, &w->shape, "sgd g"));
-    if (!(desc->lr >= 0.0f) || !(desc->momentum >= 0.0f) || !(desc->weight_decay >= 0.0f))
-        return PD_ERROR(PD_EINVAL, "sgd: lr, momentum and weight_decay must be >= 0, got %g, %g, %g",
-                        (double)desc->lr, (double)desc->momentum, (double)desc->weight_decay);
-    if (desc->nesterov && (desc->momentum <= 0.0f || desc->dampening != 0.0f))
-        return PD_ERROR(PD_EINVAL, "sgd: nesterov needs momentum > 0 and dampening 0, got %g and %g",
-                        (double)desc->momentum, (double)desc->dampening);
+    PD_CHECK(pd_kernel_check_sgd(desc, w, g, momentum_buf));
 
     float *wp = w->data;
     const float *gp = g->data;
@@ -33,7 +26,6 @@ pd_status pd_cpu_sgd_update(pd_device *dev, const pd_sgd_desc *desc, pd_tensor *
         return PD_OK;
     }
 
-    PD_CHECK(pd_kernel_expect_f32(momentum_buf, &w->shape, "sgd momentum buffer"));
     float *buf = momentum_buf->data;
     const float keep = desc->first_step ? 0.0f : mom;
     const float take = desc->first_step ? 1.0f : 1.0f - desc->dampening;
@@ -53,18 +45,7 @@ pd_status pd_cpu_sgd_update(pd_device *dev, const pd_sgd_desc *desc, pd_tensor *
 pd_status pd_cpu_adam_update(pd_device *dev, const pd_adam_desc *desc, pd_tensor *w, const pd_tensor *g,
                              pd_tensor *m, pd_tensor *v)
 {
-    PD_CHECK(pd_kernel_expect_f32(w, w ? &w->shape : NULL, "adam w"));
-    PD_CHECK(pd_kernel_expect_f32(g, &w->shape, "adam g"));
-    PD_CHECK(pd_kernel_expect_f32(m, &w->shape, "adam m"));
-    PD_CHECK(pd_kernel_expect_f32(v, &w->shape, "adam v"));
-    if (desc->step < 1)
-        return PD_ERROR(PD_EINVAL, "adam: step counts from 1, got %lld", (long long)desc->step);
-    if (!(desc->lr >= 0.0f) || !(desc->eps >= 0.0f) || !(desc->weight_decay >= 0.0f))
-        return PD_ERROR(PD_EINVAL, "adam: lr, eps and weight_decay must be >= 0, got %g, %g, %g", (double)desc->lr,
-                        (double)desc->eps, (double)desc->weight_decay);
-    if (!(desc->beta1 >= 0.0f && desc->beta1 < 1.0f) || !(desc->beta2 >= 0.0f && desc->beta2 < 1.0f))
-        return PD_ERROR(PD_EINVAL, "adam: betas must be in [0,1), got %g and %g", (double)desc->beta1,
-                        (double)desc->beta2);
+    PD_CHECK(pd_kernel_check_adam(desc, w, g, m, v));
 
     float *wp = w->data, *mp = m->data, *vp = v->data;
     const float *gp = g->data;

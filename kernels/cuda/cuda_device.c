@@ -236,31 +236,16 @@ static pd_status expect_f32(const pd_tensor *t, const pd_shape *shape, const cha
 }
 
 #ifdef HAVE_CUBLAS
-/* cuBLAS takes int dimensions. */
-static bool fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
-
 static pd_status cuda_gemm(pd_device *dev, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                            const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
                            int64_t ldc)
 {
-    int64_t a_cols = trans_a ? m : k; /* columns of A as stored */
-    int64_t b_cols = trans_b ? k : n;
     pd_cuda_state *st;
+    bool empty;
 
-    if (!fits_int(m) || !fits_int(n) || !fits_int(k))
-        return PD_ERROR(PD_EINVAL, "gemm: dimensions m=%lld n=%lld k=%lld must lie in [0, %d]", (long long)m,
-                        (long long)n, (long long)k, INT_MAX);
-    if (!fits_int(lda) || !fits_int(ldb) || !fits_int(ldc) || lda < (a_cols > 1 ? a_cols : 1) ||
-        ldb < (b_cols > 1 ? b_cols : 1) || ldc < (n > 1 ? n : 1))
-        return PD_ERROR(PD_ESHAPE, "gemm: leading dimensions lda=%lld ldb=%lld ldc=%lld too small for A %s [%lld,%lld], "
-                        "B %s [%lld,%lld], C [%lld,%lld]", (long long)lda, (long long)ldb, (long long)ldc,
-                        trans_a ? "stored transposed" : "stored", (long long)(trans_a ? k : m), (long long)a_cols,
-                        trans_b ? "stored transposed" : "stored", (long long)(trans_b ? n : k), (long long)b_cols,
-                        (long long)m, (long long)n);
-    if (m == 0 || n == 0)
+    PD_CHECK(pd_kernel_check_gemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, &empty));
+    if (empty)
         return PD_OK;
-    if (!c || (k > 0 && (!a || !b)))
-        return PD_ERROR(PD_EINVAL, "gemm: missing matrix pointer");
     PD_CHECK(pd_cuda_enter(dev, &st));
     /* No product term: C = beta * C, and beta == 0 clears NaN garbage (as
      * the CPU does, without relying on how cuBLAS treats k == 0). */
@@ -393,16 +378,11 @@ static pd_status cuda_sgd_update(pd_device *dev, const pd_sgd_desc *desc, pd_ten
 {
     pd_cuda_state *st;
 
-    PD_CHECK(expect_f32(w, w ? &w->shape : NULL, "sgd w"));
-    PD_CHECK(expect_f32(g, &w->shape, "sgd g"));
-    if (!(desc->lr >= 0.0f) || !(desc->momentum >= 0.0f) || !(desc->weight_decay >= 0.0f))
-        return PD_ERROR(PD_EINVAL, "sgd: lr, momentum and weight_decay must be >= 0, got %g, %g, %g",
-                        (double)desc->lr, (double)desc->momentum, (double)desc->weight_decay);
-    if (desc->nesterov && (desc->momentum <= 0.0f || desc->dampening != 0.0f))
-        return PD_ERROR(PD_EINVAL, "sgd: nesterov needs momentum > 0 and dampening 0, got %g and %g",
-                        (double)desc->momentum, (double)desc->dampening);
+    PD_CHECK(pd_kernel_check_sgd(desc, w, g, momentum_buf));
+    PD_CHECK(expect_on_gpu(w, "sgd w"));
+    PD_CHECK(expect_on_gpu(g, "sgd g"));
     if (desc->momentum != 0.0f)
-        PD_CHECK(expect_f32(momentum_buf, &w->shape, "sgd momentum buffer"));
+        PD_CHECK(expect_on_gpu(momentum_buf, "sgd momentum buffer"));
     PD_CHECK(pd_cuda_enter(dev, &st));
     return pd_cuda_launch_sgd(&st->launch, desc, w->data, g->data, desc->momentum != 0.0f ? momentum_buf->data : NULL,
                               pd_tensor_numel(w));
@@ -413,18 +393,11 @@ static pd_status cuda_adam_update(pd_device *dev, const pd_adam_desc *desc, pd_t
 {
     pd_cuda_state *st;
 
-    PD_CHECK(expect_f32(w, w ? &w->shape : NULL, "adam w"));
-    PD_CHECK(expect_f32(g, &w->shape, "adam g"));
-    PD_CHECK(expect_f32(m, &w->shape, "adam m"));
-    PD_CHECK(expect_f32(v, &w->shape, "adam v"));
-    if (desc->step < 1)
-        return PD_ERROR(PD_EINVAL, "adam: step counts from 1, got %lld", (long long)desc->step);
-    if (!(desc->lr >= 0.0f) || !(desc->eps >= 0.0f) || !(desc->weight_decay >= 0.0f))
-        return PD_ERROR(PD_EINVAL, "adam: lr, eps and weight_decay must be >= 0, got %g, %g, %g", (double)desc->lr,
-                        (double)desc->eps, (double)desc->weight_decay);
-    if (!(desc->beta1 >= 0.0f && desc->beta1 < 1.0f) || !(desc->beta2 >= 0.0f && desc->beta2 < 1.0f))
-        return PD_ERROR(PD_EINVAL, "adam: betas must be in [0,1), got %g and %g", (double)desc->beta1,
-                        (double)desc->beta2);
+    PD_CHECK(pd_kernel_check_adam(desc, w, g, m, v));
+    PD_CHECK(expect_on_gpu(w, "adam w"));
+    PD_CHECK(expect_on_gpu(g, "adam g"));
+    PD_CHECK(expect_on_gpu(m, "adam m"));
+    PD_CHECK(expect_on_gpu(v, "adam v"));
     PD_CHECK(pd_cuda_enter(dev, &st));
     return pd_cuda_launch_adam(&st->launch, desc, w->data, g->data, m->data, v->data, pd_tensor_numel(w));
 }
