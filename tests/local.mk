@@ -61,7 +61,8 @@ endif
 INTEGRATION_TESTS = \
 	tests/integration/cli_errors.sh \
 	tests/integration/train_fashion_mnist.sh \
-	tests/integration/safetensors_python.sh
+	tests/integration/safetensors_python.sh \
+	tests/integration/public_api.sh
 TESTS += $(INTEGRATION_TESTS)
 EXTRA_DIST += $(INTEGRATION_TESTS)
 
