@@ -10,4 +10,9 @@ pipedreaminclude_HEADERS = \
 	include/pipedream/json.h \
 	include/pipedream/safetensors.h \
 	include/pipedream/data.h \
-	include/pipedream/models.h
+	include/pipedream/models.h \
+	include/pipedream/loader.h \
+	include/pipedream/sequence.h \
+	include/pipedream/profile.h \
+	include/pipedream/checkpoint.h \
+	include/pipedream/trainer.h

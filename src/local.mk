@@ -3,6 +3,8 @@ lib_LTLIBRARIES += src/libpipedream.la
 src_libpipedream_la_SOURCES =
 nodist_EXTRA_src_libpipedream_la_SOURCES = dummy.c
 src_libpipedream_la_LIBADD = \
+	src/runtime/libpd_runtime.la \
+	src/profile/libpd_profile.la \
 	src/models/libpd_models.la \
 	src/data/libpd_data.la \
 	src/graph/libpd_graph.la \

@@ -41,7 +41,12 @@ UNIT_TESTS = \
 	tests/unit/test_json \
 	tests/unit/test_safetensors \
 	tests/unit/test_data \
-	tests/unit/test_models
+	tests/unit/test_models \
+	tests/unit/test_zoo \
+	tests/unit/test_loader \
+	tests/unit/test_checkpoint \
+	tests/unit/test_profile \
+	tests/unit/test_s2vt
 check_PROGRAMS += $(UNIT_TESTS)
 TESTS += $(UNIT_TESTS)
 tests_unit_test_core_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
@@ -55,6 +60,11 @@ tests_unit_test_json_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
 tests_unit_test_safetensors_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
 tests_unit_test_data_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
 tests_unit_test_models_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
+tests_unit_test_zoo_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
+tests_unit_test_loader_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS) $(TURBOJPEG_LDFLAGS) $(TURBOJPEG_LIBS)
+tests_unit_test_checkpoint_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
+tests_unit_test_profile_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
+tests_unit_test_s2vt_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
 endif
 
 # Integration tests (shell): real programs on real data.
@@ -62,7 +72,11 @@ INTEGRATION_TESTS = \
 	tests/integration/cli_errors.sh \
 	tests/integration/train_fashion_mnist.sh \
 	tests/integration/safetensors_python.sh \
-	tests/integration/public_api.sh
+	tests/integration/public_api.sh \
+	tests/integration/model_info.sh \
+	tests/integration/train_resume.sh \
+	tests/integration/pytorch_checkpoint.sh \
+	tests/integration/profile_cli.sh
 TESTS += $(INTEGRATION_TESTS)
 EXTRA_DIST += $(INTEGRATION_TESTS)
 

@@ -101,18 +101,30 @@ int pd_cli_parse_double(const char *option, const char *text, double min, double
     return 0;
 }
 
+/* The verbs, in the order --help lists them. */
+static const struct verb {
+    const char *name;
+    const char *summary;
+    int (*run)(int argc, char **argv);
+} verbs[] = {
+    {"train", "train a model on a data set (single process)", pd_cli_train},
+    {"models", "list the models of the zoo", pd_cli_models},
+    {"model-info", "a model's layers, shapes, parameters, FLOPs and activation bytes", pd_cli_model_info},
+    {"profile", "measure per-layer compute times and sizes on a device", pd_cli_profile},
+};
+
 static void usage(FILE *out)
 {
-    fprintf(out,
-            "Usage: pipedream [--help] [--version] <verb> [options]\n"
-            "\n"
-            "Pipeline-parallel DNN training (PipeDream) in C.\n"
-            "\n"
-            "Verbs:\n"
-            "  train     train a model on a data set (single process)\n"
-            "\n"
-            "'pipedream <verb> --help' describes a verb's options.\n"
-            "Exit status: 0 success, 1 runtime failure, 2 bad usage or bad input file.\n");
+    fprintf(out, "Usage: pipedream [--help] [--version] <verb> [options]\n"
+                 "\n"
+                 "Pipeline-parallel DNN training (PipeDream) in C.\n"
+                 "\n"
+                 "Verbs:\n");
+    for (size_t i = 0; i < sizeof(verbs) / sizeof(verbs[0]); i++)
+        fprintf(out, "  %-11s %s\n", verbs[i].name, verbs[i].summary);
+    fprintf(out, "\n"
+                 "'pipedream <verb> --help' describes a verb's options.\n"
+                 "Exit status: 0 success, 1 runtime failure, 2 bad usage or bad input file.\n");
 }
 
 static void version(void)
@@ -155,8 +167,9 @@ int main(int argc, char **argv)
     char **verb_argv = argv + optind;
 
     optind = 0; /* glibc: re-initialise getopt for the verb's own parse */
-    if (strcmp(verb, "train") == 0)
-        return pd_cli_train(verb_argc, verb_argv);
+    for (size_t i = 0; i < sizeof(verbs) / sizeof(verbs[0]); i++)
+        if (strcmp(verb, verbs[i].name) == 0)
+            return verbs[i].run(verb_argc, verb_argv);
     if (strcmp(verb, "help") == 0) {
         usage(stdout);
         return PD_CLI_OK;

@@ -32,7 +32,10 @@ int pd_cli_parse_double(const char *option, const char *text, double min, double
 void pd_cli_option_error(const char *verb, int ret, char *const *argv, int optind_value);
 
 /* Verbs: argv[0] is the verb's name; each returns an exit code. */
-int pd_cli_train(int argc, char **argv);
+int pd_cli_train(int argc, char **argv);      /* train.c */
+int pd_cli_models(int argc, char **argv);     /* models.c */
+int pd_cli_model_info(int argc, char **argv); /* models.c */
+int pd_cli_profile(int argc, char **argv);    /* profile.c */
 
 /* Writes a verb's usage text. */
 void pd_cli_train_usage(FILE *out);
