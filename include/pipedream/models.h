@@ -27,6 +27,7 @@ typedef struct pd_model_io {
     int labels; /* input i32 [N], named "labels" */
     int logits; /* f32 [N,classes] */
     int loss;   /* f32 [1], mean softmax cross-entropy, named "loss" */
+    int words;  /* input i32 [N,T] of caption word ids (S2VT); -1 for image models */
 } pd_model_io;
 
 /* Adds the model `name` (see pd_model_name) to the empty graph `g`, built
@@ -55,6 +56,10 @@ int pd_model_scale(int count, float width_multiplier);
  * relu, maxpool 2; conv2 16@5x5, relu, maxpool 2; flatten; fc1 120, relu;
  * fc2 84, relu; fc3 classes. 61,706 parameters for 1x28x28 and 10 classes. */
 pd_status pd_model_lenet(pd_graph *g, const pd_model_options *opts, pd_model_io *io);
+
+/* mlp.c, vgg16.c, alexnet.c, resnet50.c, inception_v3.c */
+
+/* s2vt.c */
 
 #ifdef __cplusplus
 }

@@ -11,7 +11,7 @@ pd_status pd_model_lenet(pd_graph *g, const pd_model_options *opts, pd_model_io 
     const pd_conv2d_desc conv2 = {5, 5, 1, 1, 0, 0, 1, 1, 1};
     const pd_pool2d_desc pool = {PD_POOL_MAX, 2, 2, 2, 2, 0, 0, false, false};
     pd_shape image_shape, label_shape;
-    pd_model_io got;
+    pd_model_io got = {.words = -1};
     int x;
 
     PD_CHECK(pd_model_check_options(opts));

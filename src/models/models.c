@@ -16,6 +16,8 @@ typedef struct model_entry {
 
 static const model_entry registry[] = {
     {"lenet", "LeNet-5 (2 conv, 3 fc; 61,706 parameters on 1x28x28, 10 classes)", pd_model_lenet},
+    /* mlp.c, vgg16.c, alexnet.c, resnet50.c, inception_v3.c */
+    /* s2vt.c */
 };
 #define REGISTRY_SIZE ((int)(sizeof(registry) / sizeof(registry[0])))
 
