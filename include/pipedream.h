@@ -15,5 +15,8 @@
 #include <pipedream/safetensors.h>
 #include <pipedream/data.h>
 #include <pipedream/models.h>
+#include <pipedream/loader.h>
+#include <pipedream/sequence.h>
+#include <pipedream/profile.h>
 
 #endif

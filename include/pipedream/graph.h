@@ -125,6 +125,48 @@ void pd_graph_print(const pd_graph *g, FILE *f);
 /* Total number of trainable parameter elements. */
 int64_t pd_graph_param_count(const pd_graph *g);
 
+/* Per-node statistics for the batch the graph was built for (node in
+ * [0, pd_graph_size)); they need no allocation.
+ *
+ * pd_graph_node_flops: the forward pass's model arithmetic, where a
+ * multiply-add counts 2 (so a convolution or linear layer is 2 x its
+ * multiply-adds, plus 1 per output for a bias; torchvision's "15.47 GFLOPS"
+ * for VGG16 are multiply-adds, 30.9 G here). Element-wise layers count 1 per
+ * element (relu, add, dropout's mask), batch norm 2 (its scale and shift;
+ * statistics not counted), pooling 1 per window element of every output,
+ * LRN size + 5 per element, softmax cross-entropy 4 per logit, LSTM its gate
+ * products plus 13 per hidden unit and step; data movement (input, flatten,
+ * concat, embedding) counts 0. Copies and scratch work of an implementation
+ * are not counted.
+ *
+ * pd_graph_node_activation_bytes: the bytes of the node's output (what a
+ * pipeline stage ending there sends), also for a view such as flatten that
+ * takes no memory of its own.
+ *
+ * pd_graph_node_param_count: the node's trainable parameter elements
+ * (buffers such as running statistics excluded). */
+int64_t pd_graph_node_flops(const pd_graph *g, int node);
+size_t pd_graph_node_activation_bytes(const pd_graph *g, int node);
+int64_t pd_graph_node_param_count(const pd_graph *g, int node);
+
+/* The dtype of the node's output. */
+pd_dtype pd_graph_node_dtype(const pd_graph *g, int node);
+
+/* Runs one node's part of a training step, binding its tensors exactly as
+ * the whole passes do; the profiler times layers with it.
+ * Forward (backward false): step `node` of pd_graph_forward(g, minibatch,
+ * true); calls for nodes 0..n-1 in that order are that pass, and the call for
+ * node n-1 completes it (a backward pass may follow).
+ * Backward: step `node` of pd_graph_backward(g, minibatch, n-1, NULL), so the
+ * last node must be the scalar loss; the call for node n-1 starts the pass
+ * (seeding the loss gradient with 1), and calls for n-1, n-2, ..., 0 in that
+ * order are that pass. Called in another order, the gradients are not those
+ * of any pass (no memory outside the graph's is touched). A node through
+ * which no gradient flows does nothing. PD_ESTATE before allocation or
+ * without a completed training forward pass of `minibatch`, PD_EINVAL for a
+ * node out of range. */
+pd_status pd_graph_run_node(pd_graph *g, int node, int64_t minibatch, bool backward);
+
 #ifdef __cplusplus
 }
 #endif

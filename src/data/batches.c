@@ -1,7 +1,6 @@
-/* The minibatch iterator: a per-epoch order of the samples (the identity, or
- * a Fisher-Yates shuffle drawn from (seed, epoch) so that any epoch's order
- * can be recomputed without replaying the ones before it), and normalisation
- * through a 256-entry table of the pixel values. */
+/* The minibatch iterator: the per-epoch order of order.c (shared with
+ * pd_loader, so both walk a data set identically for one seed) and
+ * normalisation through a 256-entry table of the pixel values. */
 #include "config.h"
 
 #include <math.h>
@@ -10,7 +9,7 @@
 
 #include <pipedream/data.h>
 
-#include "core/pd_rng.h"
+#include "data/pd_data_int.h"
 
 struct pd_batches {
     const pd_dataset *ds;
@@ -22,34 +21,10 @@ struct pd_batches {
     float normalised[256];
 };
 
-/* A uniform integer in [0, n) without modulo bias. */
-static uint64_t uniform_below(pd_rng *rng, uint64_t n)
-{
-    uint64_t limit = UINT64_MAX - UINT64_MAX % n, x;
-
-    do
-        x = pd_rng_next(rng);
-    while (x >= limit);
-    return x % n;
-}
-
 /* The order of epoch `it->epoch`. */
 static void order_epoch(pd_batches *it)
 {
-    int64_t n = it->ds->count;
-    pd_rng rng;
-
-    for (int64_t i = 0; i < n; i++)
-        it->order[i] = i;
-    if (!it->opts.shuffle)
-        return;
-    pd_rng_init(&rng, pd_rng_mix64(it->opts.seed) ^ pd_rng_mix64((uint64_t)it->epoch + 1));
-    for (int64_t i = n - 1; i > 0; i--) {
-        int64_t j = (int64_t)uniform_below(&rng, (uint64_t)i + 1);
-        int64_t t = it->order[i];
-        it->order[i] = it->order[j];
-        it->order[j] = t;
-    }
+    pd_data_epoch_order(it->order, it->ds->count, it->opts.shuffle, it->opts.seed, it->epoch);
 }
 
 pd_status pd_batches_create(const pd_dataset *ds, const pd_batches_options *opts, pd_batches **out)

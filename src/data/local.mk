@@ -1,8 +1,13 @@
 noinst_LTLIBRARIES += src/data/libpd_data.la
 src_data_libpd_data_la_SOURCES = \
+	src/data/pd_data_int.h \
 	src/data/idx.c \
+	src/data/order.c \
 	src/data/batches.c \
 	src/data/loader.c \
+	src/data/pixels.c \
+	src/data/resample.c \
+	src/data/mnist.c \
 	src/data/cifar10.c \
 	src/data/imagenet.c \
 	src/data/jpeg.c \

@@ -155,15 +155,26 @@ static pd_status plan_arena(pd_graph *g)
     int n = g->n_layers, count = 0, cap = 0;
     pd_mem_block *blocks = NULL;
     block_owner *owners = NULL;
+    bool *keep = NULL;
     pd_status s = PD_OK;
 
     for (int k = 0; k < n; k++)
         cap += 2 + g->layers[k]->n_saved + g->layers[k]->n_inputs;
     blocks = calloc((size_t)cap, sizeof(*blocks));
     owners = calloc((size_t)cap, sizeof(*owners));
-    if (!blocks || !owners) {
+    keep = calloc((size_t)(n > 0 ? n : 1), sizeof(*keep));
+    if (!blocks || !owners || !keep) {
         s = PD_ERROR(PD_ENOMEM, "graph: out of host memory planning %d nodes", n);
         goto free_lists;
+    }
+    /* Graph inputs (fed by the caller) and outputs (read after the step,
+     * e.g. the loss and logits) keep their memory for the whole step; an
+     * aliasing output passes that on to the memory it views. */
+    for (int k = n - 1; k >= 0; k--) {
+        const pd_layer *l = g->layers[k];
+        keep[k] = keep[k] || l->n_inputs == 0 || g->n_uses[k] == 0;
+        if (keep[k] && l->cls->output_aliases_input)
+            keep[l->inputs[0]] = true;
     }
     for (int k = 0; k < n; k++) {
         const pd_layer *l = g->layers[k];
@@ -172,8 +183,9 @@ static pd_status plan_arena(pd_graph *g)
 
         if (!l->cls->output_aliases_input) {
             /* Activations live until their own backward step (consumers'
-             * backward steps come earlier); inputs are written before step 0. */
-            blocks[count] = (pd_mem_block){out_bytes, l->n_inputs ? k : 0, bwd, 0};
+             * backward steps come earlier); inputs are written before step
+             * 0, and inputs and outputs stay readable until the end. */
+            blocks[count] = (pd_mem_block){out_bytes, l->n_inputs ? k : 0, keep[k] ? 2 * n - 1 : bwd, 0};
             owners[count++] = (block_owner){OWNER_OUTPUT, k, 0};
         }
         for (int i = 0; i < l->n_saved; i++) {
@@ -226,6 +238,7 @@ static pd_status plan_arena(pd_graph *g)
 free_lists:
     free(blocks);
     free(owners);
+    free(keep);
     return s;
 }
 
@@ -314,6 +327,8 @@ void pd_graph_release_memory(pd_graph *g)
 
 /* ---- passes -------------------------------------------------------------- */
 
+/* Binds node k's input and output tensors and its minibatch, as every pass
+ * (whole or single-node) does before calling the layer. */
 static void bind_inputs(pd_graph *g, pd_layer *l, int64_t minibatch)
 {
     for (int i = 0; i < l->n_inputs; i++)
@@ -322,15 +337,21 @@ static void bind_inputs(pd_graph *g, pd_layer *l, int64_t minibatch)
     l->minibatch = minibatch;
 }
 
+/* Step k of a forward pass. */
+static pd_status forward_step(pd_graph *g, int k, int64_t minibatch, bool training)
+{
+    pd_layer *l = g->layers[k];
+
+    bind_inputs(g, l, minibatch);
+    return l->cls->forward(l, g->dev, training);
+}
+
 pd_status pd_graph_forward(pd_graph *g, int64_t minibatch, bool training)
 {
     if (!g->allocated)
         return PD_ERROR(PD_ESTATE, "graph: forward before pd_graph_allocate");
-    for (int k = 0; k < g->n_layers; k++) {
-        pd_layer *l = g->layers[k];
-        bind_inputs(g, l, minibatch);
-        PD_CHECK(l->cls->forward(l, g->dev, training));
-    }
+    for (int k = 0; k < g->n_layers; k++)
+        PD_CHECK(forward_step(g, k, minibatch, training));
     g->forward_minibatch = minibatch;
     g->forward_training = training;
     g->forward_done = true;
@@ -351,7 +372,8 @@ static pd_status seed_gradient(pd_graph *g, int from, const pd_tensor *seed_grad
     return g->dev->ops->fill(g->dev, grad, 1.0f);
 }
 
-pd_status pd_graph_backward(pd_graph *g, int64_t minibatch, int from, const pd_tensor *seed_grad)
+/* The checks before a backward pass from `from` of `minibatch`. */
+static pd_status check_backward(const pd_graph *g, int64_t minibatch, int from)
 {
     if (!g->allocated || !g->forward_done)
         return PD_ERROR(PD_ESTATE, "graph: backward before a forward pass");
@@ -364,36 +386,107 @@ pd_status pd_graph_backward(pd_graph *g, int64_t minibatch, int from, const pd_t
     if (!g->needs_grad[from])
         return PD_ERROR(PD_EINVAL, "graph: no gradient flows through '%s' (no trainable parameter before it)",
                         g->layers[from]->name);
-    memset(g->grad_written, 0, (size_t)g->n_layers * sizeof(*g->grad_written));
-
-    for (int k = from; k >= 0; k--) {
-        pd_layer *l = g->layers[k];
-        bool accumulate[PD_LAYER_MAX_INPUTS] = {false};
-
-        if (k == from) {
-            PD_CHECK(seed_gradient(g, from, seed_grad));
-            g->grad_written[from] = true;
-        }
-        if (!g->needs_grad[k] || !g->grad_written[k] || l->n_inputs == 0)
-            continue; /* nothing flows back through this node in this pass */
-        bind_inputs(g, l, minibatch);
-        l->d_out = &g->grads[k];
-        for (int i = 0; i < l->n_inputs; i++) {
-            int src = l->inputs[i];
-            if (!g->needs_grad[src]) {
-                l->d_in[i] = NULL;
-            } else if (!g->grad_written[src]) {
-                l->d_in[i] = &g->grads[src];
-                g->grad_written[src] = true;
-            } else {
-                l->d_in[i] = &g->scratch[k][i];
-                accumulate[i] = true;
-            }
-        }
-        PD_CHECK(l->cls->backward(l, g->dev));
-        for (int i = 0; i < l->n_inputs; i++)
-            if (accumulate[i])
-                PD_CHECK(g->dev->ops->axpby(g->dev, 1.0f, &g->scratch[k][i], 1.0f, &g->grads[l->inputs[i]]));
-    }
     return PD_OK;
+}
+
+/* Starts a backward pass: no gradient written yet, then `from` seeded. */
+static pd_status begin_backward(pd_graph *g, int from, const pd_tensor *seed_grad)
+{
+    memset(g->grad_written, 0, (size_t)g->n_layers * sizeof(*g->grad_written));
+    PD_CHECK(seed_gradient(g, from, seed_grad));
+    g->grad_written[from] = true;
+    return PD_OK;
+}
+
+/* Step k of a backward pass begun by begin_backward and continued for the
+ * nodes above k: the first gradient reaching an input is written in place,
+ * later ones go to the slot's scratch and are summed. */
+static pd_status backward_step(pd_graph *g, int k, int64_t minibatch)
+{
+    pd_layer *l = g->layers[k];
+    bool accumulate[PD_LAYER_MAX_INPUTS] = {false};
+
+    if (!g->needs_grad[k] || !g->grad_written[k] || l->n_inputs == 0)
+        return PD_OK; /* nothing flows back through this node in this pass */
+    bind_inputs(g, l, minibatch);
+    l->d_out = &g->grads[k];
+    for (int i = 0; i < l->n_inputs; i++) {
+        int src = l->inputs[i];
+        if (!g->needs_grad[src]) {
+            l->d_in[i] = NULL;
+        } else if (!g->grad_written[src]) {
+            l->d_in[i] = &g->grads[src];
+            g->grad_written[src] = true;
+        } else {
+            l->d_in[i] = &g->scratch[k][i];
+            accumulate[i] = true;
+        }
+    }
+    PD_CHECK(l->cls->backward(l, g->dev));
+    for (int i = 0; i < l->n_inputs; i++)
+        if (accumulate[i])
+            PD_CHECK(g->dev->ops->axpby(g->dev, 1.0f, &g->scratch[k][i], 1.0f, &g->grads[l->inputs[i]]));
+    return PD_OK;
+}
+
+pd_status pd_graph_backward(pd_graph *g, int64_t minibatch, int from, const pd_tensor *seed_grad)
+{
+    PD_CHECK(check_backward(g, minibatch, from));
+    PD_CHECK(begin_backward(g, from, seed_grad));
+    for (int k = from; k >= 0; k--)
+        PD_CHECK(backward_step(g, k, minibatch));
+    return PD_OK;
+}
+
+/* ---- node statistics (zoo) ---- */
+
+int64_t pd_graph_node_flops(const pd_graph *g, int node)
+{
+    const pd_layer *l = g->layers[node];
+
+    return l->cls->flops ? l->cls->flops(l) : 0;
+}
+
+pd_dtype pd_graph_node_dtype(const pd_graph *g, int node) { return g->layers[node]->out_dtype; }
+
+size_t pd_graph_node_activation_bytes(const pd_graph *g, int node)
+{
+    const pd_layer *l = g->layers[node];
+
+    return (size_t)pd_shape_numel(&l->out_shape) * pd_dtype_size(l->out_dtype);
+}
+
+int64_t pd_graph_node_param_count(const pd_graph *g, int node)
+{
+    const pd_layer *l = g->layers[node];
+    int64_t n = 0;
+
+    for (int p = 0; p < l->n_params; p++)
+        if (l->params[p]->trainable)
+            n += pd_shape_numel(&l->params[p]->value.shape);
+    return n;
+}
+
+/* ---- single-node passes (profile) ---- */
+
+pd_status pd_graph_run_node(pd_graph *g, int node, int64_t minibatch, bool backward)
+{
+    const int last = g->n_layers - 1;
+
+    if (node < 0 || node > last)
+        return PD_ERROR(PD_EINVAL, "graph: node %d of %d", node, g->n_layers);
+    if (!backward) {
+        if (!g->allocated)
+            return PD_ERROR(PD_ESTATE, "graph: forward before pd_graph_allocate");
+        PD_CHECK(forward_step(g, node, minibatch, true));
+        /* Only the last node completes a pass a backward may follow. */
+        g->forward_minibatch = minibatch;
+        g->forward_training = true;
+        g->forward_done = node == last;
+        return PD_OK;
+    }
+    PD_CHECK(check_backward(g, minibatch, last));
+    if (node == last)
+        PD_CHECK(begin_backward(g, last, NULL));
+    return backward_step(g, node, minibatch);
 }

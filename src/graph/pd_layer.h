@@ -31,6 +31,10 @@ typedef struct pd_layer_class {
      * parameters' gradients. Reads l->in, l->out and the saved buffers. */
     pd_status (*backward)(pd_layer *l, pd_device *dev);
 
+    /* Forward FLOPs over l's shapes (whole batch), by the conventions of
+     * pd_graph_node_flops; NULL counts as 0 (data movement only). */
+    int64_t (*flops)(const pd_layer *l);
+
     /* True if the output is the (reshaped) input memory: no copy, no buffer. */
     bool output_aliases_input;
 } pd_layer_class;

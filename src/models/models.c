@@ -17,7 +17,15 @@ typedef struct model_entry {
 static const model_entry registry[] = {
     {"lenet", "LeNet-5 (2 conv, 3 fc; 61,706 parameters on 1x28x28, 10 classes)", pd_model_lenet},
     /* mlp.c, vgg16.c, alexnet.c, resnet50.c, inception_v3.c */
+    {"mlp", "multi-layer perceptron, 2 hidden layers of 256 (269,322 parameters on 1x28x28, 10 classes)", pd_model_mlp},
+    {"vgg16", "VGG-16 as torchvision (138,357,544 parameters on 3x224x224, 1000 classes)", pd_model_vgg16},
+    {"alexnet", "AlexNet as torchvision (61,100,840 parameters on 3x224x224, 1000 classes)", pd_model_alexnet},
+    {"resnet50", "ResNet-50 as torchvision (25,557,032 parameters on 3x224x224, 1000 classes)", pd_model_resnet50},
+    {"inception_v3", "Inception-v3 as torchvision, no aux head (23,834,568 parameters on 3x299x299, 1000 classes)",
+     pd_model_inception_v3},
     /* s2vt.c */
+    {"s2vt", "S2VT video captioning, 2 stacked LSTMs of 1000 (33,074,500 parameters on 4096 features, 10000 words)",
+     pd_model_s2vt},
 };
 #define REGISTRY_SIZE ((int)(sizeof(registry) / sizeof(registry[0])))
 

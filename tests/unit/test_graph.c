@@ -122,6 +122,42 @@ static void test_seed_must_fit(void **state)
     pd_tensor_destroy(seed);
 }
 
+/* Inputs and outputs stay readable after the backward pass has reused the
+ * memory of everything in between (the loss, the logits of a stage). */
+static void test_inputs_and_outputs_survive_backward(void **state)
+{
+    fixture *f = *state;
+    pd_shape shape = pd_shape_make(2, (int64_t)4, (int64_t)64);
+    pd_tensor *seed;
+    int x, node;
+    float in[256], out_before[256], out_after[256], back[256];
+    char name[16];
+
+    assert_int_equal(pd_graph_input(f->g, "x", PD_F32, &shape, true, &x), PD_OK);
+    node = x;
+    for (int i = 0; i < 8; i++) {
+        snprintf(name, sizeof(name), "relu%d", i);
+        assert_int_equal(pd_graph_relu(f->g, name, node, &node), PD_OK);
+    }
+    assert_int_equal(pd_graph_allocate(f->g), PD_OK);
+    for (int i = 0; i < 256; i++)
+        in[i] = (float)((i * 37) % 11) - 5.0f;
+    assert_int_equal(pd_tensor_copy_from_host(pd_graph_output(f->g, x), in, sizeof(in)), PD_OK);
+    assert_int_equal(pd_tensor_create(f->dev, PD_F32, &shape, &seed), PD_OK);
+    for (int i = 0; i < 256; i++)
+        back[i] = 1000.0f + (float)i; /* gradients unlike any activation */
+    assert_int_equal(pd_tensor_copy_from_host(seed, back, sizeof(back)), PD_OK);
+    assert_int_equal(pd_graph_forward(f->g, 1, true), PD_OK);
+    assert_int_equal(pd_tensor_copy_to_host(pd_graph_output(f->g, node), out_before, sizeof(out_before)), PD_OK);
+    assert_int_equal(pd_graph_backward(f->g, 1, node, seed), PD_OK);
+    assert_non_null(pd_graph_grad(f->g, x));
+    assert_int_equal(pd_tensor_copy_to_host(pd_graph_output(f->g, node), out_after, sizeof(out_after)), PD_OK);
+    assert_memory_equal(out_before, out_after, sizeof(out_before));
+    assert_int_equal(pd_tensor_copy_to_host(pd_graph_output(f->g, x), back, sizeof(back)), PD_OK);
+    assert_memory_equal(in, back, sizeof(in));
+    pd_tensor_destroy(seed);
+}
+
 static void test_print_lists_every_node(void **state)
 {
     fixture *f = *state;
@@ -150,6 +186,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_chain_plans_less_memory_than_it_holds, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pass_states, setup, teardown),
         cmocka_unit_test_setup_teardown(test_seed_must_fit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_inputs_and_outputs_survive_backward, setup, teardown),
         cmocka_unit_test_setup_teardown(test_print_lists_every_node, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

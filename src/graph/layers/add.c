@@ -32,6 +32,9 @@ static pd_status add_backward(pd_layer *l, pd_device *dev)
     return PD_OK;
 }
 
+/* One addition per element. */
+static int64_t add_flops(const pd_layer *l) { return pd_shape_numel(&l->out_shape); }
+
 static const pd_layer_class add_class = {
     .type = "add",
     .min_inputs = 2,
@@ -39,6 +42,7 @@ static const pd_layer_class add_class = {
     .setup = add_setup,
     .forward = add_forward,
     .backward = add_backward,
+    .flops = add_flops,
 };
 
 pd_status pd_graph_add(pd_graph *g, const char *name, int a, int b, int *out)

@@ -68,6 +68,10 @@ static pd_status batchnorm_backward(pd_layer *l, pd_device *dev)
                                         &p[BN_BIAS]->grad);
 }
 
+/* The normalisation folded into one multiply-add per element (2); the
+ * batch statistics are not counted, as in the usual inference counts. */
+static int64_t batchnorm_flops(const pd_layer *l) { return 2 * pd_shape_numel(&l->out_shape); }
+
 static const pd_layer_class batchnorm_class = {
     .type = "batchnorm",
     .min_inputs = 1,
@@ -75,6 +79,7 @@ static const pd_layer_class batchnorm_class = {
     .setup = batchnorm_setup,
     .forward = batchnorm_forward,
     .backward = batchnorm_backward,
+    .flops = batchnorm_flops,
 };
 
 pd_status pd_graph_batchnorm(pd_graph *g, const char *name, int x, const pd_batchnorm_desc *desc, int *out)

@@ -82,6 +82,17 @@ static pd_status conv2d_backward(pd_layer *l, pd_device *dev)
     return dev->ops->conv2d_backward_data(dev, &hp->desc, l->d_out, &l->params[0]->value, l->d_in[0]);
 }
 
+/* 2 per multiply-add of the convolution, 1 per output for the bias. */
+static int64_t conv2d_flops(const pd_layer *l)
+{
+    const conv2d_hparams *hp = (const conv2d_hparams *)l->hparams;
+    const pd_conv2d_desc *d = &hp->desc;
+    int64_t outputs = pd_shape_numel(&l->out_shape);
+    int64_t macs_per_output = l->in_shape[0].dim[1] / d->groups * d->kernel_h * d->kernel_w;
+
+    return outputs * (2 * macs_per_output + (hp->bias ? 1 : 0));
+}
+
 static const pd_layer_class conv2d_class = {
     .type = "conv2d",
     .min_inputs = 1,
@@ -89,6 +100,7 @@ static const pd_layer_class conv2d_class = {
     .setup = conv2d_setup,
     .forward = conv2d_forward,
     .backward = conv2d_backward,
+    .flops = conv2d_flops,
 };
 
 pd_status pd_graph_conv2d(pd_graph *g, const char *name, int x, int out_channels, const pd_conv2d_desc *desc,

@@ -50,6 +50,9 @@ static pd_status dropout_backward(pd_layer *l, pd_device *dev)
     return dev->ops->dropout_backward(dev, hp->p, dropout_seed(l), l->d_out, l->d_in[0]);
 }
 
+/* The mask's multiplication, one per element (of a training pass). */
+static int64_t dropout_flops(const pd_layer *l) { return pd_shape_numel(&l->out_shape); }
+
 static const pd_layer_class dropout_class = {
     .type = "dropout",
     .min_inputs = 1,
@@ -57,6 +60,7 @@ static const pd_layer_class dropout_class = {
     .setup = dropout_setup,
     .forward = dropout_forward,
     .backward = dropout_backward,
+    .flops = dropout_flops,
 };
 
 pd_status pd_graph_dropout(pd_graph *g, const char *name, int x, float p, int *out)

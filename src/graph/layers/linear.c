@@ -58,6 +58,14 @@ static pd_status linear_backward(pd_layer *l, pd_device *dev)
                                      &l->params[0]->grad, hp->bias ? &l->params[1]->grad : NULL);
 }
 
+/* 2 per multiply-add of the product, 1 per output for the bias. */
+static int64_t linear_flops(const pd_layer *l)
+{
+    const linear_hparams *hp = (const linear_hparams *)l->hparams;
+
+    return pd_shape_numel(&l->out_shape) * (2 * l->in_shape[0].dim[1] + (hp->bias ? 1 : 0));
+}
+
 static const pd_layer_class linear_class = {
     .type = "linear",
     .min_inputs = 1,
@@ -65,6 +73,7 @@ static const pd_layer_class linear_class = {
     .setup = linear_setup,
     .forward = linear_forward,
     .backward = linear_backward,
+    .flops = linear_flops,
 };
 
 pd_status pd_graph_linear(pd_graph *g, const char *name, int x, int out_features, bool bias, int *out)

@@ -46,6 +46,15 @@ static pd_status lrn_backward(pd_layer *l, pd_device *dev)
     return dev->ops->lrn_backward(dev, (const pd_lrn_desc *)l->hparams, l->in[0], l->out, l->d_out, l->d_in[0]);
 }
 
+/* Per element: the square, `size` additions over the channel window, the
+ * scale and offset (2), the power and the division. */
+static int64_t lrn_flops(const pd_layer *l)
+{
+    const pd_lrn_desc *d = (const pd_lrn_desc *)l->hparams;
+
+    return pd_shape_numel(&l->out_shape) * ((int64_t)d->size + 5);
+}
+
 static const pd_layer_class lrn_class = {
     .type = "lrn",
     .min_inputs = 1,
@@ -53,6 +62,7 @@ static const pd_layer_class lrn_class = {
     .setup = lrn_setup,
     .forward = lrn_forward,
     .backward = lrn_backward,
+    .flops = lrn_flops,
 };
 
 pd_status pd_graph_lrn(pd_graph *g, const char *name, int x, const pd_lrn_desc *desc, int *out)

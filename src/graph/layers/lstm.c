@@ -228,6 +228,18 @@ static pd_status lstm_backward(pd_layer *l, pd_device *dev)
     return dev->ops->axpby(dev, 1.0f, &l->params[B_IH]->grad, 0.0f, &l->params[B_HH]->grad);
 }
 
+/* Per sample and step: the gate products, 2 x 4H x I, and 2 x 4H x H for
+ * the hidden state (none at t = 0, where h is zero); 4H for the bias; 9H in
+ * the cell (three sigmoids, two tanh, c = f*c + i*g, h = o*tanh(c)). The
+ * implementation's copies through the identity are not model arithmetic. */
+static int64_t lstm_flops(const pd_layer *l)
+{
+    lstm_dims d = dims_of(l);
+    int64_t per_sample = d.t * (8 * d.hid * d.in + 13 * d.hid) + (d.t - 1) * 8 * d.hid * d.hid;
+
+    return d.n * per_sample;
+}
+
 static const pd_layer_class lstm_class = {
     .type = "lstm",
     .min_inputs = 1,
@@ -235,6 +247,7 @@ static const pd_layer_class lstm_class = {
     .setup = lstm_setup,
     .forward = lstm_forward,
     .backward = lstm_backward,
+    .flops = lstm_flops,
 };
 
 pd_status pd_graph_lstm(pd_graph *g, const char *name, int x, int hidden, int *out)

@@ -87,6 +87,15 @@ static pd_status pool2d_backward(pd_layer *l, pd_device *dev)
     return dev->ops->pool2d_backward(dev, &d, l->in[0], l->out, l->d_out, l->d_in[0]);
 }
 
+/* One comparison (max) or addition (average) per window element of every
+ * output, padding included. */
+static int64_t pool2d_flops(const pd_layer *l)
+{
+    pd_pool2d_desc d = pool2d_resolve(l);
+
+    return pd_shape_numel(&l->out_shape) * d.kernel_h * d.kernel_w;
+}
+
 static const pd_layer_class pool2d_class = {
     .type = "pool2d",
     .min_inputs = 1,
@@ -94,6 +103,7 @@ static const pd_layer_class pool2d_class = {
     .setup = pool2d_setup,
     .forward = pool2d_forward,
     .backward = pool2d_backward,
+    .flops = pool2d_flops,
 };
 
 pd_status pd_graph_pool2d(pd_graph *g, const char *name, int x, const pd_pool2d_desc *desc, int *out)

@@ -24,6 +24,9 @@ static pd_status relu_backward(pd_layer *l, pd_device *dev)
     return dev->ops->relu_backward(dev, l->out, l->d_out, l->d_in[0]);
 }
 
+/* One comparison per element. */
+static int64_t relu_flops(const pd_layer *l) { return pd_shape_numel(&l->out_shape); }
+
 static const pd_layer_class relu_class = {
     .type = "relu",
     .min_inputs = 1,
@@ -31,6 +34,7 @@ static const pd_layer_class relu_class = {
     .setup = relu_setup,
     .forward = relu_forward,
     .backward = relu_backward,
+    .flops = relu_flops,
 };
 
 pd_status pd_graph_relu(pd_graph *g, const char *name, int x, int *out)

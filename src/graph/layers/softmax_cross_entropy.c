@@ -43,6 +43,10 @@ static pd_status sce_backward(pd_layer *l, pd_device *dev)
     return dev->ops->softmax_cross_entropy_backward(dev, &l->saved[SCE_PROBS], l->in[1], dloss, l->d_in[0]);
 }
 
+/* Per logit: the running maximum, the subtraction, the exponential and the
+ * sum (4); the per-row logarithm and the mean are negligible. */
+static int64_t sce_flops(const pd_layer *l) { return 4 * pd_shape_numel(&l->in_shape[0]); }
+
 static const pd_layer_class sce_class = {
     .type = "softmax_cross_entropy",
     .min_inputs = 2,
@@ -50,6 +54,7 @@ static const pd_layer_class sce_class = {
     .setup = sce_setup,
     .forward = sce_forward,
     .backward = sce_backward,
+    .flops = sce_flops,
 };
 
 pd_status pd_graph_softmax_cross_entropy(pd_graph *g, const char *name, int logits, int labels, int *out)
