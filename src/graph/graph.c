@@ -35,9 +35,8 @@ int64_t pd_graph_param_count(const pd_graph *g)
 {
     int64_t n = 0;
 
-    for (int i = 0; i < g->n_params; i++)
-        if (g->params[i]->trainable)
-            n += pd_shape_numel(&g->params[i]->value.shape);
+    for (int i = 0; i < g->n_layers; i++)
+        n += pd_graph_node_param_count(g, i);
     return n;
 }
 
@@ -63,12 +62,8 @@ void pd_graph_print(const pd_graph *g, FILE *f)
 
     for (int i = 0; i < g->n_layers; i++) {
         const pd_layer *l = g->layers[i];
-        int64_t count = 0;
-        for (int p = 0; p < l->n_params; p++)
-            if (l->params[p]->trainable)
-                count += pd_shape_numel(&l->params[p]->value.shape);
         fprintf(f, "%4d  %-28s %-22s %-5s %-20s %10lld  <-", i, l->name, l->cls->type, pd_dtype_name(l->out_dtype),
-                pd_shape_format(&l->out_shape, shape, sizeof(shape)), (long long)count);
+                pd_shape_format(&l->out_shape, shape, sizeof(shape)), (long long)pd_graph_node_param_count(g, i));
         for (int k = 0; k < l->n_inputs; k++)
             fprintf(f, " %d", l->inputs[k]);
         fputc('\n', f);

@@ -10,17 +10,11 @@ pd_status pd_model_lenet(pd_graph *g, const pd_model_options *opts, pd_model_io 
     const pd_conv2d_desc conv1 = {5, 5, 1, 1, 2, 2, 1, 1, 1};
     const pd_conv2d_desc conv2 = {5, 5, 1, 1, 0, 0, 1, 1, 1};
     const pd_pool2d_desc pool = {PD_POOL_MAX, 2, 2, 2, 2, 0, 0, false, false};
-    pd_shape image_shape, label_shape;
-    pd_model_io got = {.words = -1};
+    pd_model_io got;
     int x;
 
-    PD_CHECK(pd_model_check_options(opts));
+    PD_CHECK(pd_model_image_inputs(g, opts, &got));
     const float m = opts->width_multiplier;
-    image_shape = pd_shape_make(4, (int64_t)opts->batch, (int64_t)opts->channels, (int64_t)opts->height,
-                                (int64_t)opts->width);
-    label_shape = pd_shape_make(1, (int64_t)opts->batch);
-    PD_CHECK(pd_graph_input(g, "images", PD_F32, &image_shape, false, &got.images));
-    PD_CHECK(pd_graph_input(g, "labels", PD_I32, &label_shape, false, &got.labels));
     PD_CHECK(pd_graph_conv2d(g, "conv1", got.images, pd_model_scale(6, m), &conv1, true, &x));
     PD_CHECK(pd_graph_relu(g, "relu1", x, &x));
     PD_CHECK(pd_graph_pool2d(g, "pool1", x, &pool, &x));

@@ -1,6 +1,8 @@
 noinst_LTLIBRARIES += src/models/libpd_models.la
 src_models_libpd_models_la_SOURCES = \
 	src/models/models.c \
+	src/models/builders.c \
+	src/models/adaptive_pool.c \
 	src/models/lenet.c \
 	src/models/mlp.c \
 	src/models/vgg16.c \
