@@ -18,5 +18,7 @@
 #include <pipedream/loader.h>
 #include <pipedream/sequence.h>
 #include <pipedream/profile.h>
+#include <pipedream/checkpoint.h>
+#include <pipedream/trainer.h>
 
 #endif

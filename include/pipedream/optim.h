@@ -23,6 +23,47 @@ pd_status pd_optimizer_step(pd_optimizer *opt);
 /* Changes the learning rate (schedules). */
 void pd_optimizer_set_lr(pd_optimizer *opt, float lr);
 
+/* What a checkpoint needs to save and restore an optimizer exactly. */
+
+typedef enum pd_optimizer_kind {
+    PD_OPTIMIZER_SGD = 0,
+    PD_OPTIMIZER_ADAM = 1,
+} pd_optimizer_kind;
+
+/* "sgd" or "adam". */
+const char *pd_optimizer_kind_name(pd_optimizer_kind kind);
+
+/* The optimizer's kind. */
+pd_optimizer_kind pd_optimizer_get_kind(const pd_optimizer *opt);
+
+/* Its hyper-parameters as in effect now (the lr as last set). The
+ * descriptor of the other kind is zero. */
+void pd_optimizer_get_sgd(const pd_optimizer *opt, pd_sgd_desc *out);
+void pd_optimizer_get_adam(const pd_optimizer *opt, pd_adam_desc *out);
+
+/* Updates applied so far (pd_optimizer_step calls since creation or the
+ * last pd_optimizer_set_steps). */
+int64_t pd_optimizer_steps(const pd_optimizer *opt);
+
+/* Sets the number of updates already applied, as when state tensors are
+ * restored from a checkpoint: SGD then treats its momentum buffers as
+ * initialised (steps > 0) and Adam corrects its bias for step steps + 1
+ * next. PD_EINVAL for a negative count. */
+pd_status pd_optimizer_set_steps(pd_optimizer *opt, int64_t steps);
+
+/* Number of state tensors: one per trainable parameter for SGD with
+ * momentum ("momentum"), none for plain SGD, two for Adam ("adam_m",
+ * "adam_v"). */
+int pd_optimizer_state_count(const pd_optimizer *opt);
+
+/* The state tensor at `index` (0 .. count-1, parameter-major): its kind
+ * ("momentum", "adam_m", "adam_v"), the parameter it belongs to and the
+ * tensor itself (on the graph's device, shaped like the parameter, owned by
+ * the optimizer; callers may overwrite its contents). PD_EINVAL if out of
+ * range. */
+pd_status pd_optimizer_state(pd_optimizer *opt, int index, const char **kind, const pd_param **param,
+                             pd_tensor **state);
+
 /* Frees the optimizer state. NULL is ignored. */
 void pd_optimizer_destroy(pd_optimizer *opt);
 

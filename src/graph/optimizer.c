@@ -23,6 +23,7 @@ struct pd_optimizer {
     pd_param **params;                 /* the trainable ones, borrowed from the graph */
     pd_tensor *(*state)[OPT_MAX_STATE]; /* [n_params]; NULL where the kind needs none */
     int n_state;                       /* state tensors per parameter */
+    int64_t steps;                     /* updates applied */
 };
 
 void pd_optimizer_destroy(pd_optimizer *opt)
@@ -129,12 +130,14 @@ pd_status pd_optimizer_step(pd_optimizer *opt)
             PD_CHECK(dev->ops->sgd_update(dev, &opt->sgd, &opt->params[i]->value, &opt->params[i]->grad,
                                           opt->state[i][0]));
         opt->sgd.first_step = false;
+        opt->steps++;
         return PD_OK;
     }
     opt->adam.step++;
     for (int i = 0; i < opt->n_params; i++)
         PD_CHECK(dev->ops->adam_update(dev, &opt->adam, &opt->params[i]->value, &opt->params[i]->grad,
                                        opt->state[i][0], opt->state[i][1]));
+    opt->steps++;
     return PD_OK;
 }
 
@@ -142,4 +145,55 @@ void pd_optimizer_set_lr(pd_optimizer *opt, float lr)
 {
     opt->sgd.lr = lr;
     opt->adam.lr = lr;
+}
+
+const char *pd_optimizer_kind_name(pd_optimizer_kind kind)
+{
+    return kind == PD_OPTIMIZER_ADAM ? "adam" : "sgd";
+}
+
+pd_optimizer_kind pd_optimizer_get_kind(const pd_optimizer *opt)
+{
+    return opt->kind == OPT_ADAM ? PD_OPTIMIZER_ADAM : PD_OPTIMIZER_SGD;
+}
+
+void pd_optimizer_get_sgd(const pd_optimizer *opt, pd_sgd_desc *out)
+{
+    *out = opt->kind == OPT_SGD ? opt->sgd : (pd_sgd_desc){0};
+}
+
+void pd_optimizer_get_adam(const pd_optimizer *opt, pd_adam_desc *out)
+{
+    *out = opt->kind == OPT_ADAM ? opt->adam : (pd_adam_desc){0};
+}
+
+int64_t pd_optimizer_steps(const pd_optimizer *opt) { return opt->steps; }
+
+pd_status pd_optimizer_set_steps(pd_optimizer *opt, int64_t steps)
+{
+    if (!opt || steps < 0)
+        return PD_ERROR(PD_EINVAL, "optimizer: step count %lld must be >= 0", (long long)steps);
+    opt->steps = steps;
+    /* The update kernels read these two: SGD initialises its momentum buffer
+     * from the gradient on its first step, Adam corrects bias by step. */
+    opt->sgd.first_step = steps == 0;
+    opt->adam.step = steps;
+    return PD_OK;
+}
+
+int pd_optimizer_state_count(const pd_optimizer *opt) { return opt->n_params * opt->n_state; }
+
+pd_status pd_optimizer_state(pd_optimizer *opt, int index, const char **kind, const pd_param **param,
+                             pd_tensor **state)
+{
+    static const char *const names[2][OPT_MAX_STATE] = {{"momentum", NULL}, {"adam_m", "adam_v"}};
+
+    if (!opt || index < 0 || index >= pd_optimizer_state_count(opt))
+        return PD_ERROR(PD_EINVAL, "optimizer: state index %d out of range [0, %d)", index,
+                        opt ? pd_optimizer_state_count(opt) : 0);
+    int i = index / opt->n_state, k = index % opt->n_state;
+    *kind = names[opt->kind == OPT_ADAM][k];
+    *param = opt->params[i];
+    *state = opt->state[i][k];
+    return PD_OK;
 }

@@ -1,1 +1,538 @@
-/* (being written) */
+/* The single-process trainer: loaders -> host staging buffers (allocated
+ * once) -> the graph's input tensors; forward, loss, backward, optimizer
+ * step with the scheduled learning rate; periodic evaluation in inference
+ * mode, metrics records, checkpoints. Every step is a pure function of the
+ * seed and the global step, which is what makes --resume bit-identical. */
+#include "config.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <pipedream/checkpoint.h>
+#include <pipedream/log.h>
+#include <pipedream/trainer.h>
+
+#define PATH_BYTES 4096
+
+struct pd_trainer {
+    pd_trainer_options opts;
+    pd_device *dev;
+    pd_loader *train, *eval;
+    pd_loader_info train_info, eval_info;
+    pd_model_options model;
+    pd_graph *g;
+    pd_model_io io;
+    pd_optimizer *opt;
+    pd_lr_schedule schedule;
+    int64_t total_steps, start_step, done_steps;
+    bool ran;
+
+    /* Host staging buffers for one minibatch, allocated once. */
+    float *images;   /* [B,C,H,W] */
+    int32_t *labels; /* [B] */
+    float *logits;   /* [B,classes] */
+
+    FILE *metrics;
+    pd_trainer_result result;
+    char checkpoint[PATH_BYTES];
+};
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- creation ------------------------------------------------------------- */
+
+static pd_status check_options(const pd_trainer_options *o)
+{
+    if (!o->model || !pd_model_description(o->model))
+        return PD_ERROR(PD_EINVAL, "trainer: unknown model '%s'", o->model ? o->model : "(null)");
+    if (!o->train_data.kind)
+        return PD_ERROR(PD_EINVAL, "trainer: no training data set (train_data.kind is NULL)");
+    if ((o->epochs > 0) == (o->steps > 0) || o->epochs < 0 || o->steps < 0)
+        return PD_ERROR(PD_EINVAL, "trainer: give a positive number of epochs or of steps, not both (got %lld and %lld)",
+                        (long long)o->epochs, (long long)o->steps);
+    if ((int)o->optimizer != PD_OPTIMIZER_SGD && (int)o->optimizer != PD_OPTIMIZER_ADAM)
+        return PD_ERROR(PD_EINVAL, "trainer: unknown optimizer %d", (int)o->optimizer);
+    if (!isfinite(o->lr) || !(o->lr > 0))
+        return PD_ERROR(PD_EINVAL, "trainer: lr %g must be finite and > 0", o->lr);
+    if (!(o->momentum >= 0 && o->momentum < 1))
+        return PD_ERROR(PD_EINVAL, "trainer: momentum %g must lie in [0, 1)", o->momentum);
+    if (!(o->weight_decay >= 0) || !isfinite(o->weight_decay))
+        return PD_ERROR(PD_EINVAL, "trainer: weight decay %g must be finite and >= 0", o->weight_decay);
+    if (o->nesterov && (o->optimizer != PD_OPTIMIZER_SGD || o->momentum <= 0))
+        return PD_ERROR(PD_EINVAL, "trainer: nesterov needs SGD with momentum > 0");
+    if (o->seed > (uint64_t)INT64_MAX)
+        return PD_ERROR(PD_EINVAL, "trainer: seed must be at most %lld", (long long)INT64_MAX);
+    if (o->eval_every < 0 || o->checkpoint_every < 0 || o->warmup_steps < 0 || o->lr_step_epochs < 0)
+        return PD_ERROR(PD_EINVAL, "trainer: eval_every, checkpoint_every, warmup_steps and lr_step_epochs must "
+                                   "be >= 0");
+    if ((int)o->metrics_format != PD_METRICS_CSV && (int)o->metrics_format != PD_METRICS_JSONL)
+        return PD_ERROR(PD_EINVAL, "trainer: unknown metrics format %d", (int)o->metrics_format);
+    return PD_OK;
+}
+
+/* Fills the model options the caller left 0 from the training loader and
+ * checks the others against it. */
+static pd_status resolve_model_options(pd_trainer *t)
+{
+    const pd_loader_info *in = &t->train_info;
+    pd_model_options m = t->opts.model_options;
+    struct {
+        const char *name;
+        int *field, loader;
+    } fields[] = {
+        {"batch", &m.batch, in->batch},          {"channels", &m.channels, in->channels},
+        {"height", &m.height, in->height},       {"width", &m.width, in->width},
+        {"classes", &m.classes, in->classes},
+    };
+
+    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
+        if (*fields[i].field == 0)
+            *fields[i].field = fields[i].loader;
+        else if (*fields[i].field != fields[i].loader)
+            return PD_ERROR(PD_EINVAL, "trainer: model %s %d differs from the training data's %d", fields[i].name,
+                            *fields[i].field, fields[i].loader);
+    }
+    if (m.width_multiplier == 0.0f)
+        m.width_multiplier = 1.0f;
+    t->model = m;
+    return pd_model_check_options(&m);
+}
+
+static pd_status open_loaders(pd_trainer *t)
+{
+    pd_loader_options train = t->opts.train_data;
+
+    train.train = true;
+    train.seed = t->opts.seed;
+    if (train.batch == 0)
+        train.batch = t->opts.model_options.batch;
+    if (train.batch <= 0)
+        return PD_ERROR(PD_EINVAL, "trainer: no batch size (set train_data.batch)");
+    PD_CHECK(pd_loader_open(&train, &t->train));
+    pd_loader_get_info(t->train, &t->train_info);
+    PD_CHECK(resolve_model_options(t));
+
+    if (!t->opts.eval_data.kind)
+        return PD_OK;
+    pd_loader_options eval = t->opts.eval_data;
+    eval.train = false;
+    eval.seed = t->opts.seed;
+    eval.batch = t->model.batch;
+    /* The same geometry as training unless the caller chose one. */
+    if (!eval.channels && !eval.height && !eval.width) {
+        eval.channels = t->train_info.channels;
+        eval.height = t->train_info.height;
+        eval.width = t->train_info.width;
+    }
+    PD_CHECK(pd_loader_open(&eval, &t->eval));
+    pd_loader_get_info(t->eval, &t->eval_info);
+    const pd_loader_info *e = &t->eval_info;
+    if (e->channels != t->model.channels || e->height != t->model.height || e->width != t->model.width ||
+        e->classes != t->model.classes)
+        return PD_ERROR(PD_EINVAL, "trainer: evaluation data is %dx%dx%d with %d classes, the model's input is "
+                                   "%dx%dx%d with %d classes",
+                        e->channels, e->height, e->width, e->classes, t->model.channels, t->model.height,
+                        t->model.width, t->model.classes);
+    return PD_OK;
+}
+
+static pd_status make_schedule(pd_trainer *t)
+{
+    const pd_trainer_options *o = &t->opts;
+
+    t->schedule = (pd_lr_schedule){
+        .kind = o->lr_schedule,
+        .lr = o->lr,
+        .warmup_steps = o->warmup_steps,
+        .step_size = (o->lr_step_epochs ? o->lr_step_epochs : 30) * t->train_info.batches_per_epoch,
+        .gamma = o->lr_gamma != 0 ? o->lr_gamma : 0.1,
+        .power = o->lr_power != 0 ? o->lr_power : 1.0,
+    };
+    return pd_lr_schedule_check(&t->schedule);
+}
+
+static pd_status make_optimizer(pd_trainer *t)
+{
+    const pd_trainer_options *o = &t->opts;
+
+    if (o->optimizer == PD_OPTIMIZER_ADAM) {
+        const pd_adam_desc adam = {
+            .lr = (float)o->lr,
+            .beta1 = o->beta1 != 0 ? (float)o->beta1 : 0.9f,
+            .beta2 = o->beta2 != 0 ? (float)o->beta2 : 0.999f,
+            .eps = o->eps != 0 ? (float)o->eps : 1e-8f,
+            .weight_decay = (float)o->weight_decay,
+            .decoupled = o->decoupled_weight_decay,
+        };
+        return pd_optimizer_create_adam(t->g, &adam, &t->opt);
+    }
+    const pd_sgd_desc sgd = {
+        .lr = (float)o->lr,
+        .momentum = (float)o->momentum,
+        .weight_decay = (float)o->weight_decay,
+        .nesterov = o->nesterov,
+    };
+    return pd_optimizer_create_sgd(t->g, &sgd, &t->opt);
+}
+
+/* The state a checkpoint of this run at its current step holds. */
+static void current_state(const pd_trainer *t, pd_checkpoint_state *st)
+{
+    *st = (pd_checkpoint_state){
+        .model_options = t->model,
+        .seed = t->opts.seed,
+        .step = t->done_steps,
+        .total_steps = t->total_steps,
+        .loader_epoch = pd_loader_epoch(t->train),
+        .loader_batch = pd_loader_position(t->train),
+        .lr_schedule = t->schedule,
+        .optimizer = pd_optimizer_get_kind(t->opt),
+        .optimizer_steps = pd_optimizer_steps(t->opt),
+    };
+    snprintf(st->model, sizeof(st->model), "%s", t->opts.model);
+    snprintf(st->dataset, sizeof(st->dataset), "%s", t->opts.train_data.kind);
+    pd_optimizer_get_sgd(t->opt, &st->sgd);
+    pd_optimizer_get_adam(t->opt, &st->adam);
+}
+
+static pd_status resume(pd_trainer *t)
+{
+    char path[PATH_BYTES];
+    pd_checkpoint_state expected, found;
+    const int64_t per_epoch = t->train_info.batches_per_epoch;
+
+    PD_CHECK(pd_checkpoint_resolve(t->opts.resume, path, sizeof(path)));
+    /* The position first: a schedule's step size in steps also differs when
+     * the data does, and the data is the cause to name. */
+    PD_CHECK(pd_checkpoint_read_state(path, &found));
+    if (found.loader_epoch * per_epoch + found.loader_batch != found.step || found.loader_batch > per_epoch)
+        return PD_ERROR(PD_EINVAL, "checkpoint %s: step %lld at minibatch %lld of epoch %lld does not fit this run's "
+                                   "%lld minibatches per epoch (different training data or limit?)",
+                        path, (long long)found.step, (long long)found.loader_batch, (long long)found.loader_epoch,
+                        (long long)per_epoch);
+    if (found.step > t->total_steps)
+        return PD_ERROR(PD_EINVAL, "checkpoint %s is at step %lld, past this run's %lld steps", path,
+                        (long long)found.step, (long long)t->total_steps);
+    if (found.optimizer_steps != found.step)
+        return PD_ERROR(PD_EFORMAT, "checkpoint %s: optimizer steps %lld differ from the trainer's %lld", path,
+                        (long long)found.optimizer_steps, (long long)found.step);
+    current_state(t, &expected);
+    PD_CHECK(pd_checkpoint_load(path, &expected, t->g, t->opt, &found));
+    PD_CHECK(pd_loader_seek(t->train, found.loader_epoch, found.loader_batch));
+    t->start_step = t->done_steps = found.step;
+    PD_LOG_DEBUGF("resumed from %s at step %lld (epoch %lld, minibatch %lld)", path, (long long)found.step,
+                  (long long)found.loader_epoch, (long long)found.loader_batch);
+    return PD_OK;
+}
+
+static pd_status open_metrics(pd_trainer *t)
+{
+    const char *path = t->opts.metrics_path;
+
+    if (!path)
+        return PD_OK;
+    if (!(t->metrics = fopen(path, "w")))
+        return PD_ERROR(PD_EIO, "trainer: cannot write metrics file '%s': %s", path, strerror(errno));
+    if (t->opts.metrics_format == PD_METRICS_CSV)
+        fprintf(t->metrics, "iteration,epoch,seconds,loss,train_accuracy,samples_per_s,lr,test_accuracy\n");
+    return PD_OK;
+}
+
+/* Creates the checkpoint directory if missing and checks that it can be
+ * written, so that a bad path fails before training rather than after. */
+static pd_status check_checkpoint_dir(const char *dir)
+{
+    struct stat st;
+
+    if (!dir)
+        return PD_OK;
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+        return PD_ERROR(PD_EIO, "trainer: cannot create checkpoint directory '%s': %s", dir, strerror(errno));
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return PD_ERROR(PD_EIO, "trainer: checkpoint directory '%s' is not a directory", dir);
+    if (access(dir, W_OK | X_OK) != 0)
+        return PD_ERROR(PD_EIO, "trainer: checkpoint directory '%s' is not writable: %s", dir, strerror(errno));
+    return PD_OK;
+}
+
+pd_status pd_trainer_create(const pd_trainer_options *opts, pd_trainer **out)
+{
+    pd_trainer *t;
+    pd_status s;
+
+    if (!opts || !out)
+        return PD_ERROR(PD_EINVAL, "trainer: NULL options or output");
+    PD_CHECK(check_options(opts));
+    if (!(t = calloc(1, sizeof(*t))))
+        return PD_ERROR(PD_ENOMEM, "trainer: out of host memory");
+    t->opts = *opts;
+    t->result.final_loss = NAN;
+    t->result.eval_accuracy = NAN;
+
+    /* Cheap checks that name a user's mistake first. */
+    PD_CHECK_GOTO(open_metrics(t), s, fail);
+    PD_CHECK_GOTO(check_checkpoint_dir(opts->checkpoint_dir), s, fail);
+    PD_CHECK_GOTO(pd_device_open(opts->device ? opts->device : "cpu", &t->dev), s, fail);
+    PD_CHECK_GOTO(open_loaders(t), s, fail);
+    t->total_steps = opts->steps ? opts->steps : opts->epochs * t->train_info.batches_per_epoch;
+    if (t->total_steps <= 0) {
+        s = PD_ERROR(PD_EINVAL, "trainer: the training data yields no full minibatch of %d", t->model.batch);
+        goto fail;
+    }
+    PD_CHECK_GOTO(make_schedule(t), s, fail);
+
+    PD_CHECK_GOTO(pd_graph_create(t->dev, opts->seed, &t->g), s, fail);
+    PD_CHECK_GOTO(pd_model_build(opts->model, t->g, &t->model, &t->io), s, fail);
+    PD_CHECK_GOTO(pd_graph_allocate(t->g), s, fail);
+    PD_CHECK_GOTO(make_optimizer(t), s, fail);
+
+    const size_t batch = (size_t)t->model.batch;
+    const size_t image = (size_t)t->model.channels * (size_t)t->model.height * (size_t)t->model.width;
+    t->images = malloc(batch * image * sizeof(*t->images));
+    t->labels = malloc(batch * sizeof(*t->labels));
+    t->logits = malloc(batch * (size_t)t->model.classes * sizeof(*t->logits));
+    if (!t->images || !t->labels || !t->logits) {
+        s = PD_ERROR(PD_ENOMEM, "trainer: out of host memory for the minibatch buffers");
+        goto fail;
+    }
+    if (opts->resume)
+        PD_CHECK_GOTO(resume(t), s, fail);
+    *out = t;
+    return PD_OK;
+fail:
+    pd_trainer_destroy(t);
+    return s;
+}
+
+void pd_trainer_get_info(const pd_trainer *t, pd_trainer_info *out)
+{
+    *out = (pd_trainer_info){
+        .device = t->dev->name,
+        .parameters = pd_graph_param_count(t->g),
+        .model_options = t->model,
+        .train = t->train_info,
+        .eval = t->eval_info,
+        .total_steps = t->total_steps,
+        .start_step = t->start_step,
+    };
+}
+
+void pd_trainer_get_result(const pd_trainer *t, pd_trainer_result *out)
+{
+    *out = t->result;
+    out->checkpoint = t->checkpoint[0] ? t->checkpoint : NULL;
+}
+
+void pd_trainer_destroy(pd_trainer *t)
+{
+    if (!t)
+        return;
+    free(t->logits);
+    free(t->labels);
+    free(t->images);
+    pd_optimizer_destroy(t->opt);
+    pd_graph_destroy(t->g);
+    pd_loader_destroy(t->eval);
+    pd_loader_destroy(t->train);
+    pd_device_close(t->dev);
+    if (t->metrics)
+        fclose(t->metrics);
+    free(t);
+}
+
+/* ---- running -------------------------------------------------------------- */
+
+/* Copies the staged minibatch into the model's input tensors. */
+static pd_status feed(pd_trainer *t)
+{
+    pd_tensor *images = pd_graph_output(t->g, t->io.images), *labels = pd_graph_output(t->g, t->io.labels);
+
+    PD_CHECK(pd_tensor_copy_from_host(images, t->images, pd_tensor_nbytes(images)));
+    return pd_tensor_copy_from_host(labels, t->labels, pd_tensor_nbytes(labels));
+}
+
+/* Counts the rows among the first `valid` whose arg-max (first maximum) of
+ * the logits is the label. */
+static pd_status count_correct(pd_trainer *t, int valid, int64_t *correct)
+{
+    const pd_tensor *logits = pd_graph_output(t->g, t->io.logits);
+    const int classes = t->model.classes;
+    int64_t hits = 0;
+
+    PD_CHECK(pd_tensor_copy_to_host(logits, t->logits, pd_tensor_nbytes(logits)));
+    for (int i = 0; i < valid; i++) {
+        const float *row = t->logits + (size_t)i * (size_t)classes;
+        int best = 0;
+        for (int k = 1; k < classes; k++)
+            if (row[k] > row[best])
+                best = k;
+        hits += best == t->labels[i];
+    }
+    *correct = hits;
+    return PD_OK;
+}
+
+/* Accuracy over the whole evaluation split in inference mode. */
+static pd_status evaluate(pd_trainer *t, pd_trainer_progress *p)
+{
+    double start = now_seconds();
+    int64_t hits = 0, seen = 0;
+
+    PD_CHECK(pd_loader_seek(t->eval, 0, 0));
+    for (int64_t b = 0; b < t->eval_info.batches_per_epoch; b++) {
+        int valid;
+        int64_t batch_hits;
+        PD_CHECK(pd_loader_next(t->eval, t->images, t->labels, &valid));
+        PD_CHECK(feed(t));
+        PD_CHECK(pd_graph_forward(t->g, b, false));
+        PD_CHECK(count_correct(t, valid, &batch_hits));
+        hits += batch_hits;
+        seen += valid;
+    }
+    p->evaluated = true;
+    p->eval_correct = hits;
+    p->eval_samples = seen;
+    p->eval_accuracy = seen ? (double)hits / (double)seen : NAN;
+    p->eval_seconds = now_seconds() - start;
+    return PD_OK;
+}
+
+/* One training step on the next minibatch: global step `step` (0-based). */
+static pd_status train_step(pd_trainer *t, int64_t step, float *loss, int64_t *correct)
+{
+    int valid;
+
+    PD_CHECK(pd_loader_next(t->train, t->images, t->labels, &valid));
+    PD_CHECK(feed(t));
+    PD_CHECK(pd_graph_forward(t->g, step, true));
+    PD_CHECK(count_correct(t, valid, correct));
+    PD_CHECK(pd_tensor_copy_to_host(pd_graph_output(t->g, t->io.loss), loss, sizeof(*loss)));
+    if (!isfinite(*loss))
+        return PD_ERROR(PD_ESTATE, "training diverged at step %lld: the loss is %g (try a lower learning rate, --lr)",
+                        (long long)step + 1, (double)*loss);
+    PD_CHECK(pd_graph_backward(t->g, step, t->io.loss, NULL));
+    return pd_optimizer_step(t->opt);
+}
+
+static void write_metrics(pd_trainer *t, const pd_trainer_progress *p)
+{
+    FILE *f = t->metrics;
+    const double step_rate = (double)t->model.batch / p->step_seconds;
+
+    if (t->opts.metrics_format == PD_METRICS_CSV) {
+        fprintf(f, "%lld,%.6f,%.6f,%.9g,%.6f,%.1f,%.6g,", (long long)p->step, p->epoch, p->seconds, (double)p->loss,
+                p->train_accuracy, step_rate, p->lr);
+        if (p->evaluated)
+            fprintf(f, "%.6f", p->eval_accuracy);
+        fputc('\n', f);
+        return;
+    }
+    fprintf(f,
+            "{\"iteration\":%lld,\"epoch\":%.6f,\"seconds\":%.6f,\"loss\":%.9g,\"train_accuracy\":%.6f,"
+            "\"samples_per_s\":%.1f,\"lr\":%.6g",
+            (long long)p->step, p->epoch, p->seconds, (double)p->loss, p->train_accuracy, step_rate, p->lr);
+    if (p->evaluated)
+        fprintf(f, ",\"test_accuracy\":%.6f,\"test_samples\":%lld", p->eval_accuracy, (long long)p->eval_samples);
+    fputs("}\n", f);
+}
+
+/* Flushes and closes the metrics file; PD_EIO if anything was lost. */
+static pd_status close_metrics(pd_trainer *t)
+{
+    FILE *f = t->metrics;
+
+    if (!f)
+        return PD_OK;
+    t->metrics = NULL;
+    if (ferror(f) | fclose(f))
+        return PD_ERROR(PD_EIO, "trainer: writing metrics file '%s' failed: %s", t->opts.metrics_path,
+                        strerror(errno));
+    return PD_OK;
+}
+
+static pd_status save_checkpoint(pd_trainer *t)
+{
+    pd_checkpoint_state st;
+
+    current_state(t, &st);
+    return pd_checkpoint_save_in_dir(t->opts.checkpoint_dir, t->g, t->opt, &st, t->checkpoint, sizeof(t->checkpoint));
+}
+
+pd_status pd_trainer_run(pd_trainer *t)
+{
+    if (!t || t->ran)
+        return PD_ERROR(PD_ESTATE, "trainer: pd_trainer_run may be called once");
+    t->ran = true;
+
+    const pd_trainer_options *o = &t->opts;
+    const double per_epoch = (double)t->train_info.batches_per_epoch;
+    pd_trainer_result *r = &t->result;
+    double train_seconds = 0;
+
+    r->steps = t->done_steps;
+    r->epochs = (double)t->done_steps / per_epoch;
+    for (int64_t step = t->start_step; step < t->total_steps; step++) {
+        pd_trainer_progress p = {.total_steps = t->total_steps, .first_step = t->start_step};
+        int64_t correct;
+        float loss;
+
+        p.lr = pd_lr_schedule_at(&t->schedule, step, t->total_steps);
+        pd_optimizer_set_lr(t->opt, (float)p.lr);
+        p.lr = (double)(float)p.lr; /* what the update used */
+        double t0 = now_seconds();
+        PD_CHECK(train_step(t, step, &loss, &correct));
+        p.step_seconds = now_seconds() - t0;
+        train_seconds += p.step_seconds;
+
+        t->done_steps = p.step = step + 1;
+        r->steps = p.step;
+        r->run_steps = p.step - t->start_step;
+        r->epochs = p.epoch = (double)p.step / per_epoch;
+        r->final_loss = p.loss = loss;
+        r->train_seconds = p.seconds = train_seconds;
+        r->samples_per_s = p.samples_per_s = (double)(r->run_steps * t->model.batch) / train_seconds;
+        p.train_accuracy = (double)correct / (double)t->model.batch;
+        p.eta_seconds = train_seconds / (double)r->run_steps * (double)(t->total_steps - p.step);
+
+        const bool last = p.step == t->total_steps;
+        if (t->eval && (last || (o->eval_every && p.step % o->eval_every == 0))) {
+            PD_CHECK(evaluate(t, &p));
+            r->eval_accuracy = p.eval_accuracy;
+            r->eval_correct = p.eval_correct;
+            r->eval_samples = p.eval_samples;
+            r->eval_seconds = p.eval_seconds;
+        }
+        if (o->checkpoint_dir && (last || (o->checkpoint_every && p.step % o->checkpoint_every == 0))) {
+            PD_CHECK(save_checkpoint(t));
+            p.checkpoint = t->checkpoint;
+        }
+        if (t->metrics) {
+            write_metrics(t, &p);
+            if (p.evaluated || p.checkpoint)
+                fflush(t->metrics);
+        }
+        if (o->progress)
+            o->progress(&p, o->progress_user);
+    }
+    /* A run resumed at its last step still reports the final accuracy. */
+    if (t->eval && t->start_step == t->total_steps) {
+        pd_trainer_progress p = {0};
+        PD_CHECK(evaluate(t, &p));
+        r->eval_accuracy = p.eval_accuracy;
+        r->eval_correct = p.eval_correct;
+        r->eval_samples = p.eval_samples;
+        r->eval_seconds = p.eval_seconds;
+    }
+    return close_metrics(t);
+}

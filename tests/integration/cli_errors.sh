@@ -115,6 +115,31 @@ expect 2 "$tmp/missing-dir" train --data "$tmp/missing-dir"
 expect 2 "$tmp/no/such/dir/m.csv" train --metrics "$tmp/no/such/dir/m.csv"
 mkdir "$tmp/a-directory"
 expect 2 "$tmp/a-directory" train --steps 1 --metrics "$tmp/a-directory"
+# The options of the trainer.
+expect 2 "--batch-size" train --batch-size abc
+expect 2 "--batch-size" train --batch-size 0
+expect 2 "--dataset" train --dataset svhn
+expect 2 "--optimizer" train --optimizer rmsprop
+expect 2 "--lr-schedule" train --lr-schedule linear
+expect 2 "--lr-gamma" train --lr-schedule step --lr-gamma 0
+expect 2 "--lr-gamma" train --lr-schedule step --lr-gamma 1.5
+expect 2 "--lr-schedule step" train --lr-gamma 0.5
+expect 2 "--lr-schedule step" train --lr-schedule cosine --lr-step-epochs 3
+expect 2 "--lr-schedule poly" train --lr-power 2
+expect 2 "--lr-step-epochs" train --lr-schedule step --lr-step-epochs 0
+expect 2 "--warmup-steps" train --warmup-steps -1
+expect 2 "--width-mult" train --width-mult 0
+expect 2 "--width-mult" train --width-mult x
+expect 2 "--height" train --height 0
+expect 2 "--channels" train --channels 4
+expect 2 "--threads" train --threads 0
+expect 2 "--metrics-format" train --metrics-format xml
+expect 2 "--nesterov" train --nesterov --momentum 0
+expect 2 "--nesterov" train --nesterov --optimizer adam
+expect 2 "--checkpoint-dir" train --checkpoint-every 5
+expect 2 "--checkpoint-every" train --checkpoint-every 0 --checkpoint-dir "$tmp/ck"
+expect 2 "$tmp/no/such/resume" train --resume "$tmp/no/such/resume"
+expect 2 "--log-every" train --log-every 0
 
 # --- data sets ----------------------------------------------------------------
 # A valid tiny set trains (2 steps of 2) and the CSV/JSON come out.
@@ -122,6 +147,15 @@ mkset "$tmp/ok"
 expect 0 "" train --data "$tmp/ok" --batch 2 --steps 2 --quiet --metrics "$tmp/ok.csv"
 grep -q '"test_samples":2' "$tmp/out" || fail "tiny set: JSON summary lacks test_samples 2: $(cat "$tmp/out")"
 [ "$(wc -l <"$tmp/ok.csv")" -eq 3 ] || fail "tiny set: metrics CSV should have a header and 2 rows"
+# ... as JSON lines (chosen by the extension), the last with the test accuracy.
+expect 0 "" train --data "$tmp/ok" --batch 2 --steps 2 --quiet --metrics "$tmp/ok.jsonl"
+[ "$(grep -c '^{"iteration":[12],"epoch":.*,"loss":.*}$' "$tmp/ok.jsonl")" -eq 2 ] ||
+    fail "tiny set: metrics JSON lines should have 2 records: $(cat "$tmp/ok.jsonl")"
+tail -n 1 "$tmp/ok.jsonl" | grep -q '"test_accuracy":' || fail "tiny set: the last JSON line lacks test_accuracy"
+# A checkpoint directory that cannot be made fails before training.
+expect 2 "$tmp/ok.csv/ck" train --data "$tmp/ok" --batch 2 --steps 2 --quiet --checkpoint-dir "$tmp/ok.csv/ck"
+# Geometry the data cannot be padded to.
+expect 2 "20" train --data "$tmp/ok" --batch 2 --steps 1 --height 20 --width 20
 
 # Missing files name the path.
 mkset "$tmp/nolabels"
@@ -162,8 +196,9 @@ expect 2 "$tmp/count/train-images-idx3-ubyte" train --data "$tmp/count" --batch 
 # ... also when --limit-train keeps fewer samples than either file holds.
 expect 2 "$tmp/count/train-labels-idx1-ubyte" train --data "$tmp/count" --batch 1 --steps 1 --limit-train 2
 
-# Not enough samples for one full minibatch.
-expect 2 "--batch" train --data "$tmp/ok" --batch 8 --steps 1
+# Not enough samples for one full minibatch (the loader names the batch size).
+expect 2 "minibatch of 8" train --data "$tmp/ok" --batch 8 --steps 1
+expect 2 "minibatch of 8" train --data "$tmp/ok" --batch-size 8 --steps 1
 
 # gzip: a compressed stream cut short, and one whose data is truncated.
 mkset "$tmp/gz"

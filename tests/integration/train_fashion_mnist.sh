@@ -37,7 +37,7 @@ if [ "$rows" -ne $STEPS ]; then
     echo "FAIL: metrics CSV has $rows rows, expected $STEPS"
     exit 1
 fi
-head -n 1 "$tmp/metrics.csv" | grep -qx 'iteration,epoch,seconds,loss,train_accuracy,images_per_s,test_accuracy' || {
+head -n 1 "$tmp/metrics.csv" | grep -qx 'iteration,epoch,seconds,loss,train_accuracy,samples_per_s,lr,test_accuracy' || {
     echo "FAIL: unexpected CSV header: $(head -n 1 "$tmp/metrics.csv")"
     exit 1
 }
@@ -51,7 +51,8 @@ NR == 1 { next }
     if (!($4 > 0) || $4 > 100) { printf "FAIL: step %d has loss %s\n", i, $4; bad = 1 }
     if ($3 < prev_seconds) { printf "FAIL: seconds go backwards at step %d\n", i; bad = 1 }
     prev_seconds = $3
-    last_acc = $7
+    if ($7 != 0.05) { printf "FAIL: step %d has lr %s, expected the constant 0.05\n", i, $7; bad = 1 }
+    last_acc = $8
 }
 END {
     for (k = 1; k <= 20; k++) { first += loss[k]; last += loss[steps - 20 + k] }
@@ -67,7 +68,7 @@ END {
 # The JSON summary agrees with the CSV.
 json_acc=$(sed -n 's/.*"test_accuracy":\([0-9.]*\).*/\1/p' "$tmp/summary.json")
 json_steps=$(sed -n 's/.*"steps":\([0-9]*\).*/\1/p' "$tmp/summary.json")
-csv_acc=$(tail -n 1 "$tmp/metrics.csv" | cut -d, -f7)
+csv_acc=$(tail -n 1 "$tmp/metrics.csv" | cut -d, -f8)
 if [ "$json_steps" != $STEPS ] || [ -z "$json_acc" ] || [ "$json_acc" != "$csv_acc" ]; then
     echo "FAIL: JSON summary (steps $json_steps, accuracy $json_acc) disagrees with the CSV (accuracy $csv_acc)"
     exit 1
