@@ -12,6 +12,8 @@
 
 #include <pipedream.h>
 
+#include "kernels/pd_kernels_int.h"
+
 static void test_error_message_has_location(void **state)
 {
     pd_status s = PD_ERROR(PD_EINVAL, "bad flag --%s", "depth");
@@ -140,16 +142,29 @@ static void test_device_names(void **state)
 
 static void test_unsupported_entry_names_itself(void **state)
 {
-    /* Every backend table is complete: a missing entry reports, never crashes.
-     * The CPU implements everything, so check through a GPU name where absent. */
-    pd_device *dev = NULL;
-    pd_status s = pd_device_open("cuda", &dev);
-    if (s == PD_OK) {
-        pd_device_close(dev);
-        skip();
-    }
-    assert_true(s == PD_ENOTSUP || s == PD_EDEVICE);
-    assert_non_null(strstr(pd_last_error(), "cuda"));
+    /* A backend that implements nothing gets the default table: every
+     * entry reports PD_ENOTSUP naming itself and the device, none is NULL. */
+    pd_device_ops empty = {0}, table;
+    pd_device dev = {.kind = PD_DEVICE_CPU};
+    pd_tensor t;
+    pd_shape shape = pd_shape_make(1, (int64_t)4);
+
+    snprintf(dev.name, sizeof(dev.name), "bare");
+    pd_device_ops_overlay(&table, &empty);
+    pd_tensor_view(&t, &dev, PD_F32, &shape, NULL);
+    assert_int_equal(table.fill(&dev, &t, 1.0f), PD_ENOTSUP);
+    assert_non_null(strstr(pd_last_error(), "fill is unsupported on device bare"));
+    assert_int_equal(table.lrn_forward(&dev, NULL, &t, &t), PD_ENOTSUP);
+    assert_non_null(strstr(pd_last_error(), "lrn_forward"));
+    for (size_t i = 0; i < sizeof(table) / sizeof(void (*)(void)); i++)
+        assert_non_null(((void (**)(void))&table)[i]);
+    /* A CUDA name fails cleanly where the backend or the GPU is absent. */
+    pd_device *gpu = NULL;
+    pd_status s = pd_device_open("cuda", &gpu);
+    if (s == PD_OK)
+        pd_device_close(gpu);
+    else
+        assert_true(s == PD_ENOTSUP || s == PD_EDEVICE);
 }
 
 int main(void)

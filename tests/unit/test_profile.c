@@ -290,10 +290,7 @@ static void test_graph_txt_known_files(void **state)
     const char *dir = shared_profiles();
     pd_profile *p;
 
-    if (!dir) {
-        print_message("# ../shared/pipedream-profiles is absent (release tarball?): skipped\n");
-        skip();
-    }
+    assert_non_null(dir); /* main() leaves this test out when it is absent */
     /* Node and edge counts by hand: grep -c ' -- forward' and grep -c '^\t'. */
     static const struct {
         const char *file;
@@ -369,10 +366,7 @@ static void test_graph_txt_all_files_round_trip(void **state)
     struct dirent *e;
     int files = 0;
 
-    if (!dir) {
-        print_message("# ../shared/pipedream-profiles is absent (release tarball?): skipped\n");
-        skip();
-    }
+    assert_non_null(dir); /* main() leaves this test out when it is absent */
     d = opendir(dir);
     assert_non_null(d);
     while ((e = readdir(d))) {
@@ -652,15 +646,24 @@ static void test_measure_lenet(void **state)
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {
+    struct CMUnitTest tests[] = {
         cmocka_unit_test(test_model_checks),
         cmocka_unit_test(test_json_round_trip),
         cmocka_unit_test(test_json_rejects_bad_fields),
-        cmocka_unit_test(test_graph_txt_known_files),
-        cmocka_unit_test(test_graph_txt_all_files_round_trip),
         cmocka_unit_test(test_graph_txt_rejects_bad_lines),
         cmocka_unit_test(test_run_node_equals_whole_pass),
         cmocka_unit_test(test_measure_lenet),
+        /* These two need ../shared/pipedream-profiles: keep them last. */
+        cmocka_unit_test(test_graph_txt_known_files),
+        cmocka_unit_test(test_graph_txt_all_files_round_trip),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    size_t count = sizeof(tests) / sizeof(tests[0]);
+
+    /* cmocka 1.1 reports skip() as "not ok # SKIP", which TAP drivers count
+     * as a failure: leave the shared-profile tests out instead, and say so. */
+    if (!shared_profiles()) {
+        printf("# ../shared/pipedream-profiles is absent (release tarball?): graph.txt imports not tested\n");
+        count -= 2;
+    }
+    return _cmocka_run_group_tests("profile", tests, count, setup, teardown);
 }
