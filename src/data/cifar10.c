@@ -95,21 +95,15 @@ static pd_status find_dir(const char *dir, const char *first_file, char *found, 
 /* Checks one batch file's size; *records receives its record count. */
 static pd_status check_file(const char *path, int64_t *records)
 {
-    struct stat st;
+    uint64_t size;
 
-    if (stat(path, &st) != 0) {
-        if (errno == ENOENT || errno == ENOTDIR)
-            return PD_ERROR(PD_ENOTFOUND, "%s: no such file", path);
-        return PD_ERROR(PD_EIO, "%s: %s", path, strerror(errno));
-    }
-    if (!S_ISREG(st.st_mode))
-        return PD_ERROR(PD_EIO, "%s: not a regular file", path);
-    if (st.st_size == 0 || st.st_size % CIFAR_RECORD != 0)
+    PD_CHECK(pd_data_regular_file(path, &size));
+    if (size == 0 || size % CIFAR_RECORD != 0)
         return PD_ERROR(PD_EFORMAT,
                         "%s: %lld bytes is not a whole number of %d-byte CIFAR-10 records (1 label byte + %d pixel "
                         "bytes): truncated or not a CIFAR-10 binary batch",
-                        path, (long long)st.st_size, CIFAR_RECORD, CIFAR_PIXELS);
-    *records = st.st_size / CIFAR_RECORD;
+                        path, (long long)size, CIFAR_RECORD, CIFAR_PIXELS);
+    *records = (int64_t)size / CIFAR_RECORD;
     return PD_OK;
 }
 

@@ -13,6 +13,8 @@
 
 #include <pipedream/data.h>
 
+#include "data/pd_data_int.h"
+
 #define IDX_IMAGES_MAGIC 0x00000803u
 #define IDX_LABELS_MAGIC 0x00000801u
 #define IDX_MAX_PLANE (1 << 24)  /* H*W; a sanity bound far above any image set */
@@ -26,15 +28,9 @@ typedef struct idx_file {
 
 static pd_status idx_open(const char *path, idx_file *f)
 {
-    struct stat st;
+    uint64_t size;
 
-    if (stat(path, &st) != 0) {
-        if (errno == ENOENT || errno == ENOTDIR)
-            return PD_ERROR(PD_ENOTFOUND, "%s: no such file", path);
-        return PD_ERROR(PD_EIO, "%s: %s", path, strerror(errno));
-    }
-    if (!S_ISREG(st.st_mode))
-        return PD_ERROR(PD_EIO, "%s: not a regular file", path);
+    PD_CHECK(pd_data_regular_file(path, &size));
     errno = 0;
     f->path = path;
     f->gz = gzopen(path, "rb");

@@ -5,6 +5,7 @@ src_data_libpd_data_la_SOURCES = \
 	src/data/order.c \
 	src/data/batches.c \
 	src/data/loader.c \
+	src/data/regular_file.c \
 	src/data/pixels.c \
 	src/data/resample.c \
 	src/data/mnist.c \

@@ -22,6 +22,10 @@ void pd_data_epoch_order(int64_t *order, int64_t n, bool shuffle, uint64_t seed,
  * (augmentation, synthetic pixels): a function of these three only. */
 uint64_t pd_data_sample_seed(uint64_t seed, int64_t epoch, int64_t index);
 
+/* Checks that `path` is an existing regular file and sets *size to its
+ * length: PD_ENOTFOUND ("<path>: no such file"), PD_EIO otherwise. */
+pd_status pd_data_regular_file(const char *path, uint64_t *size);
+
 /* What a source must produce for each sample, resolved by the loader from
  * the options and the source's native geometry. */
 typedef struct pd_sample_geometry {

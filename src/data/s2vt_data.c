@@ -127,20 +127,12 @@ static pd_status check_dataset(const pd_s2vt_dataset *ds, const char *what, bool
 /* Opens a regular file for reading; *size receives its length. */
 static pd_status open_input(const char *path, FILE **out, uint64_t *size)
 {
-    struct stat st;
     FILE *f;
 
-    if (stat(path, &st) != 0) {
-        if (errno == ENOENT || errno == ENOTDIR)
-            return PD_ERROR(PD_ENOTFOUND, "%s: no such file", path);
-        return PD_ERROR(PD_EIO, "%s: %s", path, strerror(errno));
-    }
-    if (!S_ISREG(st.st_mode))
-        return PD_ERROR(PD_EIO, "%s: not a regular file", path);
+    PD_CHECK(pd_data_regular_file(path, size));
     if (!(f = fopen(path, "rb")))
         return PD_ERROR(PD_EIO, "%s: cannot open: %s", path, strerror(errno));
     *out = f;
-    *size = (uint64_t)st.st_size;
     return PD_OK;
 }
 
@@ -149,7 +141,7 @@ static pd_status read_features(const char *path, pd_s2vt_dataset *ds)
     unsigned char head[FEATURES_HEADER_BYTES];
     uint64_t size, n;
     uint32_t t, feat;
-    FILE *f;
+    FILE *f = NULL;
     pd_status s = PD_OK;
 
     PD_CHECK(open_input(path, &f, &size));
@@ -318,7 +310,7 @@ static pd_status read_captions(const char *path, pd_s2vt_dataset *ds)
     size_t line_cap = 0;
     int64_t lineno = 0;
     uint64_t size, vocab;
-    FILE *f;
+    FILE *f = NULL;
     pd_status s = PD_OK;
 
     PD_CHECK(open_input(path, &f, &size));
