@@ -74,9 +74,6 @@ static pd_status concat_backward(pd_layer *l, pd_device *dev)
     return dev->ops->concat_backward(dev, hp->axis, l->n_inputs, l->d_out, parts);
 }
 
-/* Data movement only. */
-static int64_t concat_flops(const pd_layer *l) { return 0; }
-
 static const pd_layer_class concat_class = {
     .type = "concat",
     .min_inputs = 1,
@@ -84,7 +81,7 @@ static const pd_layer_class concat_class = {
     .setup = concat_setup,
     .forward = concat_forward,
     .backward = concat_backward,
-    .flops = concat_flops,
+    /* no .flops: data movement only, 0 FLOPs */
 };
 
 pd_status pd_graph_concat(pd_graph *g, const char *name, int n, const int *xs, int axis, int *out)

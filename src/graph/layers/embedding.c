@@ -44,9 +44,6 @@ static pd_status embedding_backward(pd_layer *l, pd_device *dev)
     return dev->ops->embedding_backward(dev, l->in[0], l->d_out, &l->params[0]->grad);
 }
 
-/* A gather of table rows: data movement only. */
-static int64_t embedding_flops(const pd_layer *l) { return 0; }
-
 static const pd_layer_class embedding_class = {
     .type = "embedding",
     .min_inputs = 1,
@@ -54,7 +51,7 @@ static const pd_layer_class embedding_class = {
     .setup = embedding_setup,
     .forward = embedding_forward,
     .backward = embedding_backward,
-    .flops = embedding_flops,
+    /* no .flops: a gather of table rows, 0 FLOPs */
 };
 
 pd_status pd_graph_embedding(pd_graph *g, const char *name, int ids, int vocab, int dim, int *out)

@@ -36,9 +36,6 @@ static pd_status input_forward(pd_layer *l, pd_device *dev, bool training) { ret
 
 static pd_status input_backward(pd_layer *l, pd_device *dev) { return PD_OK; }
 
-/* Data arrives from outside: no arithmetic. */
-static int64_t input_flops(const pd_layer *l) { return 0; }
-
 static const pd_layer_class input_class = {
     .type = "input",
     .min_inputs = 0,
@@ -46,7 +43,7 @@ static const pd_layer_class input_class = {
     .setup = input_setup,
     .forward = input_forward,
     .backward = input_backward,
-    .flops = input_flops,
+    /* no .flops: data arrives from outside, 0 FLOPs */
 };
 
 pd_status pd_graph_input(pd_graph *g, const char *name, pd_dtype dtype, const pd_shape *shape, bool requires_grad,
