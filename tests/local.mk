@@ -30,6 +30,7 @@ tests_unit_test_cuda_ops_LDADD = $(TEST_LDADD)
 TESTS += tests/unit/test_cuda_ops
 
 if HAVE_CMOCKA
+noinst_HEADERS += tests/unit/test_files.h
 UNIT_TESTS = \
 	tests/unit/test_core \
 	tests/unit/test_mem_plan \

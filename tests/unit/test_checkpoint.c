@@ -13,6 +13,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "test_files.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -438,32 +440,6 @@ static void test_mismatch(void **state)
 
 /* ---- corruption ------------------------------------------------------------------ */
 
-static unsigned char *read_file(const char *path, size_t *size)
-{
-    FILE *f = fopen(path, "rb");
-    unsigned char *buf;
-    long n;
-
-    assert_non_null(f);
-    assert_int_equal(fseek(f, 0, SEEK_END), 0);
-    n = ftell(f);
-    rewind(f);
-    buf = malloc((size_t)n);
-    assert_non_null(buf);
-    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    *size = (size_t)n;
-    return buf;
-}
-
-static void write_file(const char *path, const void *data, size_t size)
-{
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(data, 1, size, f), size);
-    assert_int_equal(fclose(f), 0);
-}
-
 static void test_corruption(void **state)
 {
     (void)state;
@@ -478,14 +454,14 @@ static void test_corruption(void **state)
     net_step(&a, 1);
     pd_checkpoint_state saved = net_state(&a, 2);
     assert_int_equal(pd_checkpoint_save(path, a.g, a.opt, &saved), PD_OK);
-    unsigned char *good = read_file(path, &size);
+    unsigned char *good = test_read_file(path, &size);
     net_build(&b, 8, CLASSES, true);
     unsigned char *before = net_bytes(&b, &before_size);
 
     /* Truncated anywhere: header length, header, data, last byte. */
     const size_t cuts[] = {0, 4, 8, 9, 100, size / 2, size - 4, size - 1};
     for (size_t i = 0; i < sizeof(cuts) / sizeof(cuts[0]); i++) {
-        write_file(bad, good, cuts[i]);
+        test_write_file(bad, good, cuts[i]);
         pd_error_clear();
         if (pd_checkpoint_load(bad, NULL, b.g, b.opt, NULL) == PD_OK)
             fail_msg("a checkpoint truncated to %zu of %zu bytes loaded", cuts[i], size);
@@ -501,7 +477,7 @@ static void test_corruption(void **state)
     for (size_t pos = 0; pos < size; pos++) {
         memcpy(flipped, good, size);
         flipped[pos] ^= (unsigned char)(1u << (pos % 8));
-        write_file(bad, flipped, size);
+        test_write_file(bad, flipped, size);
         pd_error_clear();
         if (pd_checkpoint_load(bad, NULL, b.g, b.opt, NULL) == PD_OK)
             fail_msg("a checkpoint with bit %zu of byte %zu (of %zu) flipped loaded", pos % 8, pos, size);
@@ -514,7 +490,7 @@ static void test_corruption(void **state)
 
     /* A flip in the data names the checksum. */
     memcpy(good + size - 3, (unsigned char[]){good[size - 3] ^ 0x10}, 1);
-    write_file(bad, good, size);
+    test_write_file(bad, good, size);
     assert_int_not_equal(pd_checkpoint_load(bad, NULL, b.g, b.opt, NULL), PD_OK);
     assert_non_null(strstr(pd_last_error(), "checksum"));
 
@@ -690,29 +666,29 @@ static void test_index(void **state)
     char latest[1024];
     snprintf(latest, sizeof(latest), "%s/step-00000002.safetensors", dir);
     size_t size, other_size;
-    unsigned char *bytes = read_file(latest, &size);
-    write_file(latest, bytes, size - 10);
+    unsigned char *bytes = test_read_file(latest, &size);
+    test_write_file(latest, bytes, size - 10);
     assert_int_equal(pd_checkpoint_resolve(dir, path, sizeof(path)), PD_EFORMAT);
     assert_non_null(strstr(pd_last_error(), "truncated"));
     /* ... replaced by another checkpoint of the same size: the checksum disagrees. */
-    unsigned char *other = read_file(file1, &other_size);
+    unsigned char *other = test_read_file(file1, &other_size);
     assert_int_equal(other_size, size);
-    write_file(latest, other, other_size);
+    test_write_file(latest, other, other_size);
     assert_int_equal(pd_checkpoint_resolve(dir, path, sizeof(path)), PD_EFORMAT);
     assert_non_null(strstr(pd_last_error(), "checksum"));
-    write_file(latest, bytes, size);
+    test_write_file(latest, bytes, size);
 
     /* A malformed index names its field. */
     const char *escape = "{\"format\":\"pipedream-checkpoint-index\",\"format_version\":1,\"latest\":\"../x\","
                          "\"step\":2,\"size\":1,\"checksum\":\"crc32:0\"}";
-    write_file(index, escape, strlen(escape));
+    test_write_file(index, escape, strlen(escape));
     assert_int_equal(pd_checkpoint_resolve(dir, path, sizeof(path)), PD_EFORMAT);
     assert_non_null(strstr(pd_last_error(), "latest"));
     const char *short_index = "{\"format\":\"pipedream-checkpoint-index\"}";
-    write_file(index, short_index, strlen(short_index));
+    test_write_file(index, short_index, strlen(short_index));
     assert_int_equal(pd_checkpoint_resolve(dir, path, sizeof(path)), PD_EFORMAT);
     assert_non_null(strstr(pd_last_error(), "format_version"));
-    write_file(index, "{", 1);
+    test_write_file(index, "{", 1);
     assert_int_equal(pd_checkpoint_resolve(dir, path, sizeof(path)), PD_EFORMAT);
     assert_non_null(strstr(pd_last_error(), "checkpoint.json"));
     free(bytes);

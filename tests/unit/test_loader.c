@@ -20,6 +20,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "test_files.h"
+
 #include <fcntl.h>
 #include <ftw.h>
 #include <math.h>
@@ -949,19 +951,12 @@ static void test_imagenet_eval_transform_matches_reference(void **state)
     const float mean[3] = PD_IMAGENET_MEAN, std[3] = PD_IMAGENET_STD;
     char path[512];
     unsigned char *file, pixels[48 * 48 * 3];
-    long size;
-    FILE *f;
+    size_t size;
     tjhandle tj = tjInitDecompress();
 
     /* Decode the file as it is on disk. */
     path_of(path, sizeof(path), "ref/val/a/pattern.JPEG");
-    assert_non_null(f = fopen(path, "rb"));
-    fseek(f, 0, SEEK_END);
-    size = ftell(f);
-    rewind(f);
-    assert_non_null(file = malloc((size_t)size));
-    assert_int_equal(fread(file, 1, (size_t)size, f), (size_t)size);
-    fclose(f);
+    file = test_read_file(path, &size);
     assert_int_equal(tjDecompress2(tj, file, (unsigned long)size, pixels, 48, 0, 48, TJPF_RGB, 0), 0);
     tjDestroy(tj);
     free(file);

@@ -11,6 +11,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "test_files.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,29 +75,6 @@ static void scratch_close(scratch *s)
     unlink(s->features);
     unlink(s->captions);
     assert_int_equal(rmdir(s->dir), 0);
-}
-
-static void write_file(const char *path, const void *data, size_t bytes)
-{
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(data, 1, bytes, f), bytes);
-    assert_int_equal(fclose(f), 0);
-}
-
-static void *read_file(const char *path, size_t *bytes)
-{
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *data = malloc((size_t)n + 1);
-    assert_int_equal(fread(data, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    data[n] = '\0';
-    *bytes = (size_t)n;
-    return data;
 }
 
 /* ---- a double-precision reference of the whole model --------------------- */
@@ -478,7 +457,7 @@ static void test_file_round_trip(void **state)
     assert_int_equal(pd_s2vt_write(&hand, s.features, s.captions), PD_OK);
 
     /* The bytes, by the format's definition. */
-    unsigned char *raw = read_file(s.features, &n);
+    unsigned char *raw = test_read_file(s.features, &n);
     assert_int_equal(n, 24 + 4 * 18);
     assert_memory_equal(raw, "PDS2VTF1", 8);
     const unsigned char counts[16] = {3, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0};
@@ -486,7 +465,7 @@ static void test_file_round_trip(void **state)
     const unsigned char three_and_a_quarter[4] = {0x00, 0x00, 0x50, 0x40}; /* 3.25f little-endian */
     assert_memory_equal(raw + 24 + 4 * 3, three_and_a_quarter, 4);
     free(raw);
-    char *text = read_file(s.captions, &n);
+    char *text = (char *)test_read_file(s.captions, &n);
     assert_string_equal(text, "PDS2VTC1 9\n0\t5 8 4\n2\t3\n0\t7 7\n2\t6 5\n");
     free(text);
 
@@ -532,8 +511,8 @@ static void expect_rejected(scratch *s, const void *features, size_t features_by
     pd_s2vt_dataset *ds = NULL;
     char named[256];
 
-    write_file(s->features, features, features_bytes);
-    write_file(s->captions, captions, strlen(captions));
+    test_write_file(s->features, features, features_bytes);
+    test_write_file(s->captions, captions, strlen(captions));
     assert_int_equal(pd_s2vt_load(s->features, s->captions, &ds), status);
     assert_null(ds);
     snprintf(named, sizeof(named), "%s%s", strcmp(file, "features") == 0 ? s->features : s->captions, where);
@@ -551,8 +530,8 @@ static void test_malformed_files_rejected(void **state)
 
     memcpy(good + 8, counts, sizeof(counts));
     scratch_open(&s);
-    write_file(s.features, good, sizeof(good));
-    write_file(s.captions, ok, strlen(ok));
+    test_write_file(s.features, good, sizeof(good));
+    test_write_file(s.captions, ok, strlen(ok));
     assert_int_equal(pd_s2vt_load(s.features, s.captions, &ds), PD_OK);
     assert_int_equal(ds->captions, 2);
     pd_s2vt_destroy(ds);
@@ -606,7 +585,7 @@ static void test_malformed_files_rejected(void **state)
                     "expected a word id");
 
     /* Line ends: CRLF and a last line without one are fine. */
-    write_file(s.captions, "PDS2VTC1 9\r\n0\t3 4\r\n1\t8", 22);
+    test_write_file(s.captions, "PDS2VTC1 9\r\n0\t3 4\r\n1\t8", 22);
     assert_int_equal(pd_s2vt_load(s.features, s.captions, &ds), PD_OK);
     assert_int_equal(ds->captions, 2);
     assert_int_equal(ds->words[2], 8);

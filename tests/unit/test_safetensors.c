@@ -10,6 +10,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "test_files.h"
+
 #include <dirent.h>
 #include <limits.h>
 #include <stdio.h>
@@ -80,35 +82,6 @@ static void assert_message_contains(const char *part)
         fail_msg("message \"%s\" does not contain \"%s\"", pd_last_error(), part);
 }
 
-/* The whole file in a malloc'd buffer. */
-static unsigned char *slurp(const char *path, size_t *size)
-{
-    FILE *f = fopen(path, "rb");
-    unsigned char *buf;
-    long n;
-
-    assert_non_null(f);
-    assert_int_equal(fseek(f, 0, SEEK_END), 0);
-    n = ftell(f);
-    assert_true(n >= 0);
-    rewind(f);
-    buf = malloc((size_t)n + 1);
-    assert_non_null(buf);
-    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    *size = (size_t)n;
-    return buf;
-}
-
-static void spit(const char *path, const void *data, size_t size)
-{
-    FILE *f = fopen(path, "wb");
-
-    assert_non_null(f);
-    assert_int_equal(fwrite(data, 1, size, f), size);
-    assert_int_equal(fclose(f), 0);
-}
-
 /* A file image: 8-byte little-endian length of `header`, header, data. */
 static size_t image(unsigned char *buf, size_t cap, const char *header, const void *data, size_t data_len)
 {
@@ -159,7 +132,7 @@ static void test_round_trip_all_dtypes(void **state)
     assert_int_equal(count_entries(fx->dir), 1);
 
     /* the header is padded with spaces to a multiple of 8 */
-    raw = slurp(path, &raw_size);
+    raw = test_read_file(path, &raw_size);
     for (int i = 7; i >= 0; i--)
         header_len = header_len << 8 | raw[i];
     assert_int_equal(header_len % 8, 0);
@@ -223,7 +196,7 @@ static void assert_writes_bytes(const char *path, const pd_st_entry *entries, in
     pd_safetensors *st;
 
     assert_int_equal(pd_safetensors_write(path, entries, n, meta, n_meta), PD_OK);
-    raw = slurp(path, &size);
+    raw = test_read_file(path, &size);
     assert_int_equal(size, expected_size);
     assert_memory_equal(raw, expected, size);
     free(raw);
@@ -336,7 +309,7 @@ static void test_foreign_file(void **state)
               "\"big\":{\"dtype\":\"I64\",\"shape\":[1,1],\"data_offsets\":[0,8]}}",
               data, sizeof(data));
     snprintf(path, sizeof(path), "%s/foreign.safetensors", fx->dir);
-    spit(path, buf, n);
+    test_write_file(path, buf, n);
     assert_int_equal(pd_safetensors_open(path, &st), PD_OK);
     assert_int_equal(pd_safetensors_count(st), 3);
     assert_int_equal(pd_safetensors_entry(st, 0, &info), PD_OK);
@@ -469,7 +442,7 @@ static void test_corrupt_lengths(void **state)
 
     snprintf(path, sizeof(path), "%s/good.safetensors", fx->dir);
     assert_int_equal(pd_safetensors_write(path, e, 2, NULL, 0), PD_OK);
-    good = slurp(path, &size);
+    good = test_read_file(path, &size);
     bad = malloc(size + 8);
     assert_non_null(bad);
 
@@ -478,7 +451,7 @@ static void test_corrupt_lengths(void **state)
         assert_int_equal(pd_safetensors_open_buffer(good, cut, "cut", &st), PD_EFORMAT);
         if (cut % 16 == 0 || cut < 9 || cut == size - 1) {
             snprintf(path, sizeof(path), "%s/cut.safetensors", fx->dir);
-            spit(path, good, cut);
+            test_write_file(path, good, cut);
             assert_int_equal(pd_safetensors_open(path, &st), PD_EFORMAT);
             assert_message_contains(path);
         }
