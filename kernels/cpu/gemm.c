@@ -8,7 +8,8 @@
  * cores than either alone. So the first gemm makes a pthread OpenBLAS
  * single-threaded (a process-wide setting) and large products are split into
  * column (or row) blocks, one sequential sgemm per OpenMP thread, which is as
- * fast as OpenBLAS's own threading. */
+ * fast as OpenBLAS's own threading; inside a parallel region (a kernel that
+ * splits its own work across threads) every product runs on its thread. */
 #include "config.h"
 
 #include <limits.h>
@@ -62,35 +63,16 @@ static int gemm_blocks(int64_t m, int64_t n, int64_t k, int64_t extent)
     return blocks > 1 ? (int)blocks : 1;
 }
 
-pd_status pd_cpu_gemm(pd_device *dev, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                      const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
+void pd_cpu_gemm_checked(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                         int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
 {
-    bool empty;
-
-    PD_CHECK(pd_kernel_check_gemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, &empty));
-    if (empty)
-        return PD_OK;
-    if (k == 0 || alpha == 0.0f) {
-        /* No product term: C = beta * C, and beta == 0 clears NaN garbage. */
-        for (int64_t i = 0; i < m; i++) {
-            float *row = c + i * ldc;
-            if (beta == 0.0f)
-                memset(row, 0, (size_t)n * sizeof(float));
-            else if (beta != 1.0f)
-                for (int64_t j = 0; j < n; j++)
-                    row[j] *= beta;
-        }
-        return PD_OK;
-    }
-
-    blas_single_threaded();
     bool split_columns = n >= m;
     int64_t extent = split_columns ? n : m;
     int blocks = gemm_blocks(m, n, k, extent);
 
     if (blocks == 1) {
         sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-        return PD_OK;
+        return;
     }
 #pragma omp parallel for schedule(static, 1) num_threads(blocks)
     for (int t = 0; t < blocks; t++) {
@@ -106,5 +88,36 @@ pd_status pd_cpu_gemm(pd_device *dev, bool trans_a, bool trans_b, int64_t m, int
             sgemm(trans_a, trans_b, hi - lo, n, k, alpha, a + (trans_a ? lo : lo * lda), lda, b, ldb, beta,
                   c + lo * ldc, ldc);
     }
+}
+
+pd_status pd_cpu_gemm_prepare(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                              const float *b, int64_t ldb, const float *c, int64_t ldc, bool *empty)
+{
+    PD_CHECK(pd_kernel_check_gemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, empty));
+    blas_single_threaded();
+    return PD_OK;
+}
+
+pd_status pd_cpu_gemm(pd_device *dev, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                      const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
+{
+    bool empty;
+
+    PD_CHECK(pd_cpu_gemm_prepare(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, &empty));
+    if (empty)
+        return PD_OK;
+    if (k == 0 || alpha == 0.0f) {
+        /* No product term: C = beta * C, and beta == 0 clears NaN garbage. */
+        for (int64_t i = 0; i < m; i++) {
+            float *row = c + i * ldc;
+            if (beta == 0.0f)
+                memset(row, 0, (size_t)n * sizeof(float));
+            else if (beta != 1.0f)
+                for (int64_t j = 0; j < n; j++)
+                    row[j] *= beta;
+        }
+        return PD_OK;
+    }
+    pd_cpu_gemm_checked(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return PD_OK;
 }

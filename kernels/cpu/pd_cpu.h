@@ -22,6 +22,16 @@ pd_status pd_cpu_relu_backward(pd_device *dev, const pd_tensor *y, const pd_tens
 /* gemm.c, conv2d.c, linear.c, pool2d.c */
 pd_status pd_cpu_gemm(pd_device *dev, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                       const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+/* pd_cpu_gemm in two halves, for kernels that run many products from their
+ * own parallel region: _prepare checks the arguments (pd_kernel_check_gemm)
+ * and readies BLAS once; _checked then computes, on the calling thread when
+ * in a parallel region, and has nothing left to fail. A prepared product
+ * covers smaller ones of the same operands and leading dimensions.
+ * _checked needs m, n, k > 0. */
+pd_status pd_cpu_gemm_prepare(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                              const float *b, int64_t ldb, const float *c, int64_t ldc, bool *empty);
+void pd_cpu_gemm_checked(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                         int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 pd_status pd_cpu_conv2d_forward(pd_device *dev, const pd_conv2d_desc *desc, const pd_tensor *x, const pd_tensor *w,
                                 const pd_tensor *bias, pd_tensor *y);
 pd_status pd_cpu_conv2d_backward_data(pd_device *dev, const pd_conv2d_desc *desc, const pd_tensor *dy,

@@ -4,7 +4,9 @@
  * pass chose it); average pooling clips windows at input + padding (which
  * matters with ceil_mode) and divides by the padded window
  * (count_include_pad) or by the input elements it covers. One thread owns a
- * whole (n, c) plane, so the backward scatter has no races. */
+ * whole (n, c) plane, so the backward scatter has no races. Max pooling with
+ * 2x2 windows at stride 2 and no padding (VGG's) takes a fast path for the
+ * windows that lie inside the input: the same comparisons, unrolled. */
 #include "config.h"
 
 #include <math.h>
@@ -80,8 +82,13 @@ static pool_window window_at(const pool_geom *g, int64_t p, int64_t q)
     return win;
 }
 
-/* Index in the plane of the window's first maximum (a NaN counts as the
- * maximum), or -1 for a window that covers no input. */
+/* Whether v replaces `best` as a window's maximum so far: it is larger, or
+ * it is the window's first NaN (a NaN counts as the maximum). Written with
+ * comparisons only (x != x: x is NaN), which the compiler vectorises. */
+static inline bool max_takes(float v, float best) { return v > best || (v != v && best == best); }
+
+/* Index in the plane of the window's first maximum, or -1 for a window that
+ * covers no input. */
 static int64_t window_argmax(const pool_geom *g, const float *plane, const pool_window *win)
 {
     int64_t best = -1;
@@ -90,7 +97,7 @@ static int64_t window_argmax(const pool_geom *g, const float *plane, const pool_
     for (int64_t ih = win->h0; ih < win->h1; ih++)
         for (int64_t iw = win->w0; iw < win->w1; iw++) {
             float v = plane[ih * g->w + iw];
-            if (best < 0 || v > best_value || (isnan(v) && !isnan(best_value))) {
+            if (best < 0 || max_takes(v, best_value)) {
                 best = ih * g->w + iw;
                 best_value = v;
             }
@@ -98,10 +105,74 @@ static int64_t window_argmax(const pool_geom *g, const float *plane, const pool_
     return best;
 }
 
+/* The output rows and columns [0, *p_fast) x [0, *q_fast) whose windows take
+ * the 2x2 stride-2 fast path: all of them inside the input (ceil_mode may
+ * add a clipped last row or column, which the general code handles). */
+static void fast_extent(const pool_geom *g, int64_t *p_fast, int64_t *q_fast)
+{
+    const pd_pool2d_desc *d = g->d;
+    bool fast = d->mode == PD_POOL_MAX && d->kernel_h == 2 && d->kernel_w == 2 && d->stride_h == 2 &&
+                d->stride_w == 2 && d->pad_h == 0 && d->pad_w == 0;
+
+    *p_fast = fast ? (g->p < g->h / 2 ? g->p : g->h / 2) : 0;
+    *q_fast = fast ? (g->q < g->w / 2 ? g->q : g->w / 2) : 0;
+}
+
+/* The maximum of the 2x2 window top[0..1], bottom[0..1], by window_argmax's
+ * rule in its row-major order. */
+static inline float max_2x2(const float *top, const float *bottom)
+{
+    float best = top[0];
+
+    best = max_takes(top[1], best) ? top[1] : best;
+    best = max_takes(bottom[0], best) ? bottom[0] : best;
+    return max_takes(bottom[1], best) ? bottom[1] : best;
+}
+
+/* Adds a 2x2 window's gradient to its first maximum (max_2x2's choice) in
+ * grad_top[0..1], grad_bottom[0..1] and 0 to the other three: the gradient
+ * moves to each element that takes over; selects only, which vectorise. */
+static inline void route_2x2(const float *top, const float *bottom, float grad, float *grad_top, float *grad_bottom)
+{
+    float best = top[0], g0 = grad, g1, g2, g3;
+    bool take = max_takes(top[1], best);
+
+    best = take ? top[1] : best;
+    g1 = take ? grad : 0.0f;
+    g0 = take ? 0.0f : g0;
+    take = max_takes(bottom[0], best);
+    best = take ? bottom[0] : best;
+    g2 = take ? grad : 0.0f;
+    g0 = take ? 0.0f : g0;
+    g1 = take ? 0.0f : g1;
+    take = max_takes(bottom[1], best);
+    g3 = take ? grad : 0.0f;
+    g0 = take ? 0.0f : g0;
+    g1 = take ? 0.0f : g1;
+    g2 = take ? 0.0f : g2;
+    grad_top[0] += g0;
+    grad_top[1] += g1;
+    grad_bottom[0] += g2;
+    grad_bottom[1] += g3;
+}
+
 static void pool_plane_forward(const pool_geom *g, const float *plane, float *out)
 {
-    for (int64_t p = 0; p < g->p; p++)
-        for (int64_t q = 0; q < g->q; q++) {
+    int64_t p_fast, q_fast;
+
+    fast_extent(g, &p_fast, &q_fast);
+    for (int64_t p = 0; p < g->p; p++) {
+        int64_t q = 0;
+
+        if (p < p_fast) {
+            const float *top = plane + 2 * p * g->w, *bottom = top + g->w;
+            float *row = out + p * g->q;
+#pragma omp simd
+            for (int64_t j = 0; j < q_fast; j++)
+                row[j] = max_2x2(top + 2 * j, bottom + 2 * j);
+            q = q_fast;
+        }
+        for (; q < g->q; q++) {
             pool_window win = window_at(g, p, q);
             float value;
 
@@ -117,13 +188,27 @@ static void pool_plane_forward(const pool_geom *g, const float *plane, float *ou
             }
             out[p * g->q + q] = value;
         }
+    }
 }
 
 static void pool_plane_backward(const pool_geom *g, const float *plane, const float *grad_out, float *grad_in)
 {
+    int64_t p_fast, q_fast;
+
+    fast_extent(g, &p_fast, &q_fast);
     memset(grad_in, 0, (size_t)(g->h * g->w) * sizeof(float));
-    for (int64_t p = 0; p < g->p; p++)
-        for (int64_t q = 0; q < g->q; q++) {
+    for (int64_t p = 0; p < g->p; p++) {
+        int64_t q = 0;
+
+        if (p < p_fast) {
+            const float *top = plane + 2 * p * g->w, *bottom = top + g->w, *grad = grad_out + p * g->q;
+            float *grad_top = grad_in + 2 * p * g->w, *grad_bottom = grad_top + g->w;
+#pragma omp simd
+            for (int64_t j = 0; j < q_fast; j++)
+                route_2x2(top + 2 * j, bottom + 2 * j, grad[j], grad_top + 2 * j, grad_bottom + 2 * j);
+            q = q_fast;
+        }
+        for (; q < g->q; q++) {
             pool_window win = window_at(g, p, q);
             float grad = grad_out[p * g->q + q];
 
@@ -138,6 +223,7 @@ static void pool_plane_backward(const pool_geom *g, const float *plane, const fl
                         grad_in[ih * g->w + iw] += share;
             }
         }
+    }
 }
 
 pd_status pd_cpu_pool2d_forward(pd_device *dev, const pd_pool2d_desc *desc, const pd_tensor *x, pd_tensor *y)

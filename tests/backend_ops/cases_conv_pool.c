@@ -1,6 +1,7 @@
 /* Backend-ops cases: conv2d (stride, padding, dilation, groups, depthwise,
- * 1x1, rectangular), linear, max and average pooling (padding, ceil_mode,
- * count_include_pad, global), an input that needs no gradient (parameter
+ * 1x1, rectangular, a minibatch of several small images), linear, max and
+ * average pooling (padding, ceil_mode, count_include_pad, global; max 2x2
+ * stride 2 on odd sizes), an input that needs no gradient (parameter
  * gradients must still be computed), and a small conv -> pool -> flatten ->
  * linear chain. */
 #include "bo.h"
@@ -77,6 +78,7 @@ static const conv_arg conv_depthwise = {{4, {2, 4, 5, 5}}, 4, {3, 3, 1, 1, 1, 1,
 static const conv_arg conv_1x1 = {{4, {2, 4, 5, 5}}, 3, {1, 1, 1, 1, 0, 0, 1, 1, 1}, true, true};
 static const conv_arg conv_rect = {{4, {2, 3, 6, 7}}, 3, {2, 3, 2, 1, 1, 0, 1, 1, 1}, true, true};
 static const conv_arg conv_no_input_grad = {{4, {2, 3, 5, 5}}, 4, {3, 3, 1, 1, 1, 1, 1, 1, 1}, true, false};
+static const conv_arg conv_batch5 = {{4, {5, 3, 4, 3}}, 4, {3, 3, 1, 1, 1, 1, 1, 1, 1}, true, true};
 
 static const linear_arg linear_bias = {{2, {4, 10}}, 6, true, true};
 static const linear_arg linear_no_bias = {{2, {3, 7}}, 5, false, true};
@@ -84,6 +86,8 @@ static const linear_arg linear_no_input_grad = {{2, {4, 6}}, 3, true, false};
 
 /* desc: mode, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, ceil_mode, count_include_pad */
 static const pool_arg max_k2_s2 = {{4, {2, 3, 6, 6}}, {PD_POOL_MAX, 2, 2, 2, 2, 0, 0, false, false}};
+static const pool_arg max_k2_s2_odd = {{4, {2, 3, 5, 7}}, {PD_POOL_MAX, 2, 2, 2, 2, 0, 0, false, false}};
+static const pool_arg max_k2_s2_ceil = {{4, {2, 3, 5, 7}}, {PD_POOL_MAX, 2, 2, 2, 2, 0, 0, true, false}};
 static const pool_arg max_k3_s2_p1 = {{4, {2, 3, 7, 7}}, {PD_POOL_MAX, 3, 3, 2, 2, 1, 1, false, false}};
 static const pool_arg max_k3_s2_ceil = {{4, {2, 3, 6, 6}}, {PD_POOL_MAX, 3, 3, 2, 2, 0, 0, true, false}};
 static const pool_arg max_k3_s2_p1_ceil = {{4, {2, 3, 6, 7}}, {PD_POOL_MAX, 3, 3, 2, 2, 1, 1, true, false}};
@@ -104,11 +108,15 @@ const bo_case bo_cases_conv_pool[] = {
     {"conv2d", "1x1 [2,4,5,5] -> 3", build_conv2d, &conv_1x1, BO_FILL_UNIFORM, 0, 0, 0},
     {"conv2d", "k2x3 s2x1 p1x0 [2,3,6,7] -> 3", build_conv2d, &conv_rect, BO_FILL_UNIFORM, 0, 0, 0},
     {"conv2d", "input without gradient", build_conv2d, &conv_no_input_grad, BO_FILL_UNIFORM, 0, 0, 0},
+    {"conv2d", "k3 p1 minibatch of 5 small images [5,3,4,3] -> 4", build_conv2d, &conv_batch5, BO_FILL_UNIFORM, 0,
+     0, 0},
     {"conv2d", "chain conv -> global avg pool -> flatten -> linear", build_chain, NULL, BO_FILL_UNIFORM, 0, 0, 0},
     {"linear", "[4,10] -> 6", build_linear, &linear_bias, BO_FILL_UNIFORM, 0, 0, 0},
     {"linear", "[3,7] -> 5 no bias", build_linear, &linear_no_bias, BO_FILL_UNIFORM, 0, 0, 0},
     {"linear", "input without gradient", build_linear, &linear_no_input_grad, BO_FILL_UNIFORM, 0, 0, 0},
     {"pool2d", "max k2 s2 [2,3,6,6]", build_pool2d, &max_k2_s2, BO_FILL_DISTINCT, 0, 0, 0},
+    {"pool2d", "max k2 s2 odd [2,3,5,7]", build_pool2d, &max_k2_s2_odd, BO_FILL_DISTINCT, 0, 0, 0},
+    {"pool2d", "max k2 s2 ceil_mode odd [2,3,5,7]", build_pool2d, &max_k2_s2_ceil, BO_FILL_DISTINCT, 0, 0, 0},
     {"pool2d", "max k3 s2 p1 [2,3,7,7]", build_pool2d, &max_k3_s2_p1, BO_FILL_DISTINCT, 0, 0, 0},
     {"pool2d", "max k3 s2 ceil_mode [2,3,6,6]", build_pool2d, &max_k3_s2_ceil, BO_FILL_DISTINCT, 0, 0, 0},
     {"pool2d", "max k3 s2 p1 ceil_mode [2,3,6,7]", build_pool2d, &max_k3_s2_p1_ceil, BO_FILL_DISTINCT, 0, 0, 0},

@@ -4,7 +4,10 @@
  * random shapes covering stride, padding, dilation, groups, depthwise, 1x1,
  * non-square windows, ceil_mode, count_include_pad and global pooling; plus
  * hand-computed values and the shape/argument errors. Outputs are pre-filled
- * with NaN so a kernel that accumulates or skips an element fails. */
+ * with NaN so a kernel that accumulates or skips an element fails. conv2d
+ * runs under 1, 2 and 3 OpenMP threads (images in sequence, one chunk of
+ * images per thread, uneven shares); max pooling's 2x2 stride-2 fast path is
+ * checked for ties, NaN and the odd sizes it must leave to the general code. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -15,6 +18,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include <pipedream.h>
 
@@ -197,7 +204,18 @@ static const conv_case conv_cases[] = {
     {"11x11 stride 4 pad 2 (AlexNet conv1 shape)", 1, 3, 23, 23, 4, CONV(11, 11, 4, 4, 2, 2, 1, 1, 1), true},
     /* large enough for the multi-threaded im2col/col2im paths */
     {"3x3 pad 1 threaded", 2, 8, 24, 20, 4, CONV(3, 3, 1, 1, 1, 1, 1, 1, 2), true},
+    {"3x3 pad 1 one large image", 1, 8, 24, 20, 4, CONV(3, 3, 1, 1, 1, 1, 1, 1, 1), true},
+    /* small images: several per chunk (an odd count, so chunks differ in size) */
+    {"3x3 pad 1 chunks of images", 7, 3, 5, 4, 6, CONV(3, 3, 1, 1, 1, 1, 1, 1, 1), true},
+    {"3x3 stride 2 dilation 2 chunks groups 2", 9, 4, 7, 6, 6, CONV(3, 3, 2, 2, 2, 2, 2, 2, 2), true},
+    {"5x5 pad 2 chunks (row ends beyond the input)", 5, 2, 6, 5, 3, CONV(5, 5, 1, 1, 2, 2, 1, 1, 1), false},
+    {"1x1 direct several images", 6, 4, 3, 3, 5, CONV(1, 1, 1, 1, 0, 0, 1, 1, 1), true},
+    {"2x2 no padding chunks", 4, 3, 4, 5, 2, CONV(2, 2, 1, 1, 0, 0, 1, 1, 1), true},
 };
+
+/* The thread counts the conv2d cases run under: one (images in sequence),
+ * two (the test environment's), three (shares of unequal size). */
+static const int conv_threads[] = {1, 2, 3};
 
 static int64_t ref_conv_out(int64_t in, int kernel, int stride, int pad, int dilation)
 {
@@ -236,13 +254,15 @@ static void ref_conv(const conv_case *cc, int64_t P, int64_t Q, const float *x, 
                 }
 }
 
-static void test_conv2d_against_reference(void **state)
+/* The conv2d cases, run under `threads` OpenMP threads (named in failures). */
+static void check_conv2d_cases(pd_device *dev, int threads)
 {
-    pd_device *dev = *state;
-
     for (size_t i = 0; i < sizeof(conv_cases) / sizeof(conv_cases[0]); i++) {
         const conv_case *cc = &conv_cases[i];
+        char name[160];
         const pd_conv2d_desc *d = &cc->d;
+
+        snprintf(name, sizeof(name), "%s, %d threads", cc->name, threads);
         int64_t P = ref_conv_out(cc->h, d->kernel_h, d->stride_h, d->pad_h, d->dilation_h);
         int64_t Q = ref_conv_out(cc->w, d->kernel_w, d->stride_w, d->pad_w, d->dilation_w);
         pd_shape xs = pd_shape_make(4, cc->n, cc->c, cc->h, cc->w);
@@ -259,13 +279,13 @@ static void test_conv2d_against_reference(void **state)
         pd_tensor *dw = make_tensor(dev, ws, NULL), *db = make_tensor(dev, bs, NULL);
 
         assert_int_equal(dev->ops->conv2d_forward(dev, d, x, w, cc->bias ? b : NULL, y), PD_OK);
-        expect_close(y, ry, "conv2d forward y", cc->name);
+        expect_close(y, ry, "conv2d forward y", name);
         assert_int_equal(dev->ops->conv2d_backward_data(dev, d, dy, w, dx), PD_OK);
-        expect_close(dx, rdx, "conv2d backward data dx", cc->name);
+        expect_close(dx, rdx, "conv2d backward data dx", name);
         assert_int_equal(dev->ops->conv2d_backward_filter(dev, d, x, dy, dw, cc->bias ? db : NULL), PD_OK);
-        expect_close(dw, rdw, "conv2d backward filter dw", cc->name);
+        expect_close(dw, rdw, "conv2d backward filter dw", name);
         if (cc->bias)
-            expect_close(db, rdb, "conv2d backward filter dbias", cc->name);
+            expect_close(db, rdb, "conv2d backward filter dbias", name);
 
         pd_tensor_destroy(x);
         pd_tensor_destroy(w);
@@ -284,6 +304,22 @@ static void test_conv2d_against_reference(void **state)
         free(rdw);
         free(rdb);
     }
+}
+
+static void test_conv2d_against_reference(void **state)
+{
+#ifdef _OPENMP
+    const int saved = omp_get_max_threads();
+
+    for (size_t t = 0; t < sizeof(conv_threads) / sizeof(conv_threads[0]); t++) {
+        omp_set_num_threads(conv_threads[t]);
+        check_conv2d_cases(*state, conv_threads[t]);
+    }
+    omp_set_num_threads(saved);
+#else
+    (void)conv_threads;
+    check_conv2d_cases(*state, 1);
+#endif
 }
 
 /* Input 1..9 (3x3), all-ones 2x2 filter, bias 0.5: sums of each 2x2 block. */
@@ -466,6 +502,13 @@ typedef struct pool_case {
 
 static const pool_case pool_cases[] = {
     {"max 2x2 s2", 2, 3, 6, 6, POOL(PD_POOL_MAX, 2, 2, 2, 2, 0, 0, false, false)},
+    /* the 2x2 stride-2 fast path next to the general code: odd sizes drop or
+     * (ceil_mode) clip the last row and column */
+    {"max 2x2 s2 odd input", 2, 2, 7, 5, POOL(PD_POOL_MAX, 2, 2, 2, 2, 0, 0, false, false)},
+    {"max 2x2 s2 ceil odd input", 2, 2, 5, 7, POOL(PD_POOL_MAX, 2, 2, 2, 2, 0, 0, true, false)},
+    {"max 2x2 s2 ceil even input", 1, 2, 6, 4, POOL(PD_POOL_MAX, 2, 2, 2, 2, 0, 0, true, false)},
+    {"max 2x2 s2 p1 (general path)", 1, 2, 5, 6, POOL(PD_POOL_MAX, 2, 2, 2, 2, 1, 1, false, false)},
+    {"max 2x2 s1 (general path)", 1, 2, 5, 4, POOL(PD_POOL_MAX, 2, 2, 1, 1, 0, 0, false, false)},
     {"max 3x3 s2 p1", 2, 3, 7, 7, POOL(PD_POOL_MAX, 3, 3, 2, 2, 1, 1, false, false)},
     {"max 3x3 s2 ceil", 2, 2, 6, 6, POOL(PD_POOL_MAX, 3, 3, 2, 2, 0, 0, true, false)},
     {"max 3x3 s2 p1 ceil non-square", 1, 2, 6, 7, POOL(PD_POOL_MAX, 3, 3, 2, 2, 1, 1, true, false)},
@@ -480,6 +523,7 @@ static const pool_case pool_cases[] = {
     {"avg global 6x5", 2, 4, 6, 5, POOL(PD_POOL_AVG, 6, 5, 6, 5, 0, 0, false, true)},
     /* large enough for the multi-threaded paths */
     {"max 3x3 s2 p1 threaded", 2, 8, 48, 45, POOL(PD_POOL_MAX, 3, 3, 2, 2, 1, 1, false, false)},
+    {"max 2x2 s2 threaded", 2, 8, 48, 46, POOL(PD_POOL_MAX, 2, 2, 2, 2, 0, 0, false, false)},
     {"avg 2x2 s2 ceil threaded", 2, 8, 47, 48, POOL(PD_POOL_AVG, 2, 2, 2, 2, 0, 0, true, false)},
 };
 
@@ -622,6 +666,60 @@ static void test_pool2d_hand_computed(void **state)
     pd_pool2d_desc max_tie = POOL(PD_POOL_MAX, 2, 2, 1, 1, 0, 0, false, false);
     double tie_y[4] = {0, 0, 0, 0}, tie_dx[9] = {1, 2, 0, 3, 4, 0, 0, 0, 0};
     pool_hand_case(dev, "max ties go to the first", &max_tie, 3, 3, zeros, 2, 2, tie_y, dy2, tie_dx);
+
+    /* The 2x2 stride-2 fast path: ties, the first maximum in row-major order
+     * winning wherever it is (-0 and +0 tie), on 5x7 with ceil_mode, so that
+     * a clipped 5th row and 7th column go to the general code, ties too. */
+    pd_pool2d_desc max_2x2 = POOL(PD_POOL_MAX, 2, 2, 2, 2, 0, 0, true, false);
+    const float ties[35] = {
+        5,     5, 1, 5,  1, 1,     7, /* windows (5 5; 2 2) (1 5; 5 5) (1 1; 5 5) (7; 7) */
+        2,     2, 5, 5,  5, 5,     7,
+        -0.0f, 0, 3, 1,  1, 1,     -1, /* (-0 0; 0 0) (3 1; 3 3) (1 1; 1 4) (-1; -1) */
+        0,     0, 3, 3,  1, 4,     -1,
+        6,     6, -2, -2, 0, -0.0f, 2, /* (6 6) (-2 -2) (0 -0) (2) */
+    };
+    double ties_y[12] = {5, 5, 5, 7, 0, 3, 4, -1, 6, -2, 0, 2};
+    float dy12[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+    double ties_dx[35] = {
+        1, 0, 0, 2,  0, 0,  4, /**/ 0, 0, 0, 0,  3, 0, 0, /**/ 5, 0, 6, 0, 0, 0, 8,
+        0, 0, 0, 0,  0, 7,  0, /**/ 9, 0, 10, 0, 11, 0, 12,
+    };
+    pool_hand_case(dev, "max 2x2 s2 ties (fast path and clipped edge)", &max_2x2, 5, 7, ties, 3, 4, ties_y, dy12,
+                   ties_dx);
+}
+
+/* NaN counts as a window's maximum and the window's first NaN wins, in the
+ * 2x2 stride-2 fast path (the first two windows) as in the general code
+ * (the clipped third, ceil_mode). */
+static void test_pool2d_nan(void **state)
+{
+    pd_device *dev = *state;
+    const pd_pool2d_desc d = POOL(PD_POOL_MAX, 2, 2, 2, 2, 0, 0, true, false);
+    const float x[10] = {
+        NAN, 9, 1,    NAN, NAN, /* windows (NaN 9; 3 4) (1 NaN; -NaN 8) (NaN; -NaN) */
+        3,   4, -NAN, 8,   -NAN,
+    };
+    const float dy[3] = {1, 2, 3}, want_dx[10] = {1, 0, 0, 2, 3, 0, 0, 0, 0, 0};
+    float y[3], dx[10];
+    pd_tensor *tx = make_tensor(dev, pd_shape_make(4, (int64_t)1, (int64_t)1, (int64_t)2, (int64_t)5), x);
+    pd_tensor *ty = make_tensor(dev, pd_shape_make(4, (int64_t)1, (int64_t)1, (int64_t)1, (int64_t)3), NULL);
+    pd_tensor *tdy = make_tensor(dev, pd_shape_make(4, (int64_t)1, (int64_t)1, (int64_t)1, (int64_t)3), dy);
+    pd_tensor *tdx = make_tensor(dev, pd_shape_make(4, (int64_t)1, (int64_t)1, (int64_t)2, (int64_t)5), NULL);
+
+    assert_int_equal(dev->ops->pool2d_forward(dev, &d, tx, ty), PD_OK);
+    assert_int_equal(pd_tensor_copy_to_host(ty, y, sizeof(y)), PD_OK);
+    for (int i = 0; i < 3; i++)
+        if (!isnan(y[i]) || signbit(y[i])) /* the first NaN is +NaN, a later one -NaN */
+            fail_msg("max pool of a window holding NaN: y[%d] is %g, not the first (+)NaN", i, (double)y[i]);
+    assert_int_equal(dev->ops->pool2d_backward(dev, &d, tx, ty, tdy, tdx), PD_OK);
+    assert_int_equal(pd_tensor_copy_to_host(tdx, dx, sizeof(dx)), PD_OK);
+    for (int i = 0; i < 10; i++)
+        if (dx[i] != want_dx[i])
+            fail_msg("max pool backward with NaN: dx[%d] is %g, expected %g", i, (double)dx[i], (double)want_dx[i]);
+    pd_tensor_destroy(tx);
+    pd_tensor_destroy(ty);
+    pd_tensor_destroy(tdy);
+    pd_tensor_destroy(tdx);
 }
 
 static void test_pool2d_errors(void **state)
@@ -792,7 +890,8 @@ int main(void)
         cmocka_unit_test(test_conv2d_against_reference), cmocka_unit_test(test_conv2d_hand_computed),
         cmocka_unit_test(test_conv2d_errors), cmocka_unit_test(test_linear_against_reference),
         cmocka_unit_test(test_linear_errors), cmocka_unit_test(test_pool2d_against_reference),
-        cmocka_unit_test(test_pool2d_hand_computed), cmocka_unit_test(test_pool2d_errors),
+        cmocka_unit_test(test_pool2d_hand_computed), cmocka_unit_test(test_pool2d_nan),
+        cmocka_unit_test(test_pool2d_errors),
         cmocka_unit_test(test_layer_shapes_and_params), cmocka_unit_test(test_layer_validation),
     };
     return cmocka_run_group_tests(tests, open_cpu, close_cpu);
