@@ -31,15 +31,19 @@ const char *pd_strerror(pd_status status)
 
 pd_status pd_error_at(const char *file, int line, pd_status status, const char *fmt, ...)
 {
+    /* Format into a separate buffer: callers often pass pd_last_error() as
+     * an argument to wrap the message of the failure they propagate. */
+    char message[PD_ERROR_MESSAGE_BYTES];
     va_list ap;
     const char *base = strrchr(file, '/');
     int n;
 
     va_start(ap, fmt);
-    n = vsnprintf(last_error, sizeof(last_error), fmt, ap);
+    n = vsnprintf(message, sizeof(message), fmt, ap);
     va_end(ap);
-    if (n >= 0 && (size_t)n < sizeof(last_error))
-        snprintf(last_error + n, sizeof(last_error) - (size_t)n, " (%s:%d)", base ? base + 1 : file, line);
+    if (n >= 0 && (size_t)n < sizeof(message))
+        snprintf(message + n, sizeof(message) - (size_t)n, " (%s:%d)", base ? base + 1 : file, line);
+    memcpy(last_error, message, sizeof(message));
     return status;
 }
 

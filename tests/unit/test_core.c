@@ -21,6 +21,10 @@ static void test_error_message_has_location(void **state)
     assert_non_null(strstr(pd_last_error(), "bad flag --depth"));
     assert_non_null(strstr(pd_last_error(), "test_core.c:"));
     assert_string_equal(pd_strerror(PD_ESHAPE), "shape mismatch");
+    /* Wrapping the last message in a new one keeps it whole. */
+    s = PD_ERROR(PD_EIO, "reading x.json: %s", pd_last_error());
+    assert_int_equal(s, PD_EIO);
+    assert_non_null(strstr(pd_last_error(), "reading x.json: bad flag --depth (test_core.c:"));
     pd_error_clear();
     assert_string_equal(pd_last_error(), "");
 }
