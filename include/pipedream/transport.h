@@ -1,0 +1,230 @@
+/* Transport: one-way, RDMA-shaped channels that move activations and
+ * gradients between the ranks of neighbouring stages.
+ *
+ * A channel carries messages from one sender to one receiver into a ring of
+ * `depth` receive slots of `slot_bytes` each, owned by the receiver. The
+ * sender may only write into a slot the receiver has released (a credit);
+ * the receiver consumes a slot in place (zero copy) and releases it. Every
+ * message carries a header {magic, channel, slot, sequence, tag, bytes} that
+ * the receiver checks before it exposes the slot: a violation fails the
+ * channel, it never writes out of bounds. Peers prove a per-job token to
+ * each other before any slot is exposed. docs/transport.md has the protocol.
+ *
+ * Setting up: the receiver calls pd_channel_listen() and hands the string of
+ * pd_channel_address() to the sender out of band (the runtime's bootstrap);
+ * the sender calls pd_channel_connect() with it. Both calls return at once;
+ * the connection completes under pd_channel_progress() (or
+ * pd_channel_wait_connected()), so ranks that open channels both ways in any
+ * order do not deadlock.
+ *
+ * Backends: the address lists every backend the receiver listens on; the
+ * sender tries them in its preference order and the first that connects
+ * wins. Order: config.backends, else $PD_TRANSPORT, else every backend
+ * built: shm, (verbs,) (mpi,) tcp. The mpi backend ("mpi:<world rank>:<tag
+ * base>") needs MPI initialised by the caller, and MPI_THREAD_MULTIPLE
+ * when channels are used from several threads at once.
+ *
+ * Threads: every call locks the channel, so a compute thread may post sends
+ * and take received slots while another thread drives progress; calls never
+ * block except the *_wait ones, which sleep (no busy spinning) until the
+ * peer acts, the peer dies or the timeout passes. One thread serves many
+ * channels through a pd_channel_set (below). */
+#ifndef PIPEDREAM_TRANSPORT_H
+#define PIPEDREAM_TRANSPORT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <pipedream/status.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct pd_channel pd_channel;
+
+/* The per-job secret both ends of every channel prove they hold. */
+typedef struct pd_transport_token {
+    uint8_t bytes[16];
+} pd_transport_token;
+
+/* Parses 32 hexadecimal digits (the form of $PD_JOB_TOKEN). PD_EINVAL when
+ * the text is not exactly that. */
+pd_status pd_transport_token_parse(const char *hex, pd_transport_token *out);
+
+/* A fresh random token (getrandom), e.g. for a launcher to export. */
+pd_status pd_transport_token_generate(pd_transport_token *out);
+
+/* Writes the token as 32 hexadecimal digits and a NUL into hex[33]. */
+void pd_transport_token_format(const pd_transport_token *token, char hex[33]);
+
+/* Where the slots live. Only host memory is built without CUDA. */
+typedef enum { PD_TRANSPORT_HOST = 0, PD_TRANSPORT_CUDA = 1 } pd_transport_memory;
+
+/* What a message is, as the schedule names it. */
+typedef enum {
+    PD_MSG_ACTIVATION = 1, /* a stage's output, forward */
+    PD_MSG_GRADIENT = 2,   /* the gradient of a stage's input, backward */
+    PD_MSG_CONTROL = 3,    /* anything else (weights, barriers) */
+} pd_msg_kind;
+
+/* The tag every message carries. On one channel the minibatch ids of each
+ * kind must increase strictly; the receiver checks this. */
+typedef struct pd_msg_tag {
+    uint64_t minibatch;
+    uint32_t kind;    /* pd_msg_kind */
+    uint32_t version; /* weight version the message was computed with */
+} pd_msg_tag;
+
+/* A channel's shape and how to reach and prove the peer. */
+typedef struct pd_channel_config {
+    uint32_t channel_id;              /* both ends give the same id; checked at set-up */
+    int depth;                        /* receive slots, 1..1024 */
+    size_t slot_bytes;                /* payload capacity of one slot, 1 byte..4 GiB */
+    pd_transport_memory memory;       /* receiver: where the slots live */
+    const pd_transport_token *token;  /* required; copied */
+    const char *backends;             /* comma-separated preference, NULL for the default */
+    const char *host;                 /* receiver, tcp: address to bind and advertise (NULL: this host's first non-loopback IPv4, else 127.0.0.1) */
+    int timeout_ms;                   /* set-up deadline and peer-liveness bound; <= 0 means 10000 */
+} pd_channel_config;
+
+/* A received message: valid from pd_channel_recv() until its release. */
+typedef struct pd_channel_msg {
+    void *data;       /* the slot's payload, in the receiver's slot memory */
+    size_t bytes;     /* checked <= slot_bytes */
+    pd_msg_tag tag;
+    uint64_t seq;     /* position of the message in the channel, from 0 */
+} pd_channel_msg;
+
+/* Creates the receiving end: allocates the slots (not exposed yet) and
+ * listens on every backend of the preference that can listen here. The
+ * caller frees it with pd_channel_close(). */
+pd_status pd_channel_listen(const pd_channel_config *config, pd_channel **out);
+
+/* The receiver's address ("shm:...,tcp:host:port"), to give to the sender.
+ * Owned by the channel. */
+const char *pd_channel_address(const pd_channel *ch);
+
+/* Creates the sending end towards `address` (from pd_channel_address()):
+ * the first backend of the preference that the address offers and that
+ * connects wins. The token handshake completes under progress. The caller
+ * frees it with pd_channel_close(). */
+pd_status pd_channel_connect(const pd_channel_config *config, const char *address, pd_channel **out);
+
+/* Closes the channel and frees everything it owns; never fails. The peer
+ * sees the channel closed (an error if it still expects messages). */
+void pd_channel_close(pd_channel *ch);
+
+/* The backend in use ("shm", "tcp", ...), or "none" before connecting. */
+const char *pd_channel_backend(const pd_channel *ch);
+
+/* Advances set-up, transfers and credits without blocking. Returns the
+ * channel's failure (PD_ECOMM: protocol violation, wrong token, peer gone;
+ * PD_ETIMEOUT: set-up deadline passed) once it has failed; then every later
+ * call returns the same. */
+pd_status pd_channel_progress(pd_channel *ch);
+
+/* Whether the token handshake has completed and data can flow. */
+bool pd_channel_connected(pd_channel *ch);
+
+/* Progresses all `n` channels until every one is connected; PD_ETIMEOUT
+ * naming a channel after `timeout_ms` (< 0: each channel's own timeout). */
+pd_status pd_channel_wait_connected(pd_channel *const *chs, int n, int timeout_ms);
+
+/* Posts a send of `bytes` (<= the receiver's slot_bytes) from `data` with
+ * `tag`, and returns its sequence number in *seq. Does not block: the
+ * message leaves when a credit is free. `data` must stay unchanged until
+ * pd_channel_send_done() says so. PD_ESTATE when `depth` sends are already
+ * posted and not done. */
+pd_status pd_channel_send(pd_channel *ch, const void *data, size_t bytes, const pd_msg_tag *tag, uint64_t *seq);
+
+/* Whether send `seq` has completed (its buffer may be reused). Progresses. */
+pd_status pd_channel_send_done(pd_channel *ch, uint64_t seq, bool *done);
+
+/* Sleeps until send `seq` has completed, the channel fails or `timeout_ms`
+ * passes (PD_ETIMEOUT; < 0 means the channel's timeout). */
+pd_status pd_channel_send_wait(pd_channel *ch, uint64_t seq, int timeout_ms);
+
+/* Sender, optional: declares [data, data + bytes) host memory that stays
+ * allocated (and is not moved) until the channel closes, so that sends
+ * from inside it may leave without a copy: verbs registers it once and
+ * writes from it directly, and such a send is done only when the receiver
+ * has it. Sends from other memory are copied. PD_ESTATE on a receiving
+ * end or beyond 8 regions. */
+pd_status pd_channel_register(pd_channel *ch, const void *data, size_t bytes);
+
+/* Takes the next message if one has arrived (*ready true) without
+ * blocking. The slot stays the caller's until pd_channel_release(). */
+pd_status pd_channel_recv(pd_channel *ch, pd_channel_msg *msg, bool *ready);
+
+/* Sleeps until the next message arrives (then as pd_channel_recv), the
+ * channel fails, or `timeout_ms` passes (PD_ETIMEOUT; < 0: the channel's). */
+pd_status pd_channel_recv_wait(pd_channel *ch, pd_channel_msg *msg, int timeout_ms);
+
+/* Returns the slot of `msg` to the sender. Slots are released in the order
+ * they were received (PD_ESTATE otherwise). */
+pd_status pd_channel_release(pd_channel *ch, const pd_channel_msg *msg);
+
+/* A descriptor that becomes readable when the channel may have work for
+ * progress, or -1 if the backend has none (shm, mpi). A thread serving
+ * several channels uses a pd_channel_set instead, which every backend can
+ * wake. */
+int pd_channel_fd(pd_channel *ch);
+
+/* ---- progressing many channels from one thread ---- */
+
+/* A set of channels (both directions, any backends) that one thread, a
+ * progress thread or the compute loop, progresses together and sleeps on
+ * until any of them has an event. The set does not own its channels; a
+ * channel belongs to at most one set, and closing it takes it out. The
+ * set's calls are made by one thread at a time; other threads may use the
+ * channels meanwhile (a send they post wakes a sleeping set). */
+typedef struct pd_channel_set pd_channel_set;
+
+/* What happened on a channel since the set last looked (bit flags). */
+typedef enum {
+    PD_CHANNEL_EV_CONNECTED = 1, /* the token handshake completed */
+    PD_CHANNEL_EV_MESSAGE = 2,   /* receiver: new messages arrived, not taken yet */
+    PD_CHANNEL_EV_SENT = 4,      /* sender: posted sends completed (buffers free) */
+    PD_CHANNEL_EV_CLOSED = 8,    /* the peer closed or died */
+    PD_CHANNEL_EV_FAILED = 16,   /* the channel failed */
+} pd_channel_event;
+
+/* Creates a set of the n channels (n >= 1, none in another set). The caller
+ * frees it with pd_channel_set_destroy(). */
+pd_status pd_channel_set_create(pd_channel *const *chs, int n, pd_channel_set **out);
+
+/* Frees the set (not its channels); never fails. NULL is ignored. */
+void pd_channel_set_destroy(pd_channel_set *set);
+
+/* Progresses every channel once without blocking and records what
+ * happened on each (pd_channel_set_events); *active (nullable) counts the
+ * channels with an event. Returns the failure of the first failed channel
+ * (naming it), every time, as a failed channel does. */
+pd_status pd_channel_set_progress(pd_channel_set *set, int *active);
+
+/* Progresses and sleeps (no busy spinning: shm and tcp sleep in poll on
+ * the channels' eventfds and sockets; mpi, which has no descriptor, polls
+ * with a back-off up to 1 ms) until some channel has an event (*active >
+ * 0), pd_channel_set_wake() is called (*active may be 0), a channel fails
+ * (its failure), or timeout_ms passes (PD_ETIMEOUT; < 0: no limit).
+ * Events are edges: what the set already reported does not wake it again,
+ * so a message left untaken does not make it spin. */
+pd_status pd_channel_set_wait(pd_channel_set *set, int timeout_ms, int *active);
+
+/* The events of channel i (the order given at creation) at the last
+ * progress or wait: pd_channel_event flags. */
+unsigned pd_channel_set_events(const pd_channel_set *set, int i);
+
+/* Wakes the set's wait now, from any thread (e.g. to stop a progress
+ * thread). Safe to call while nobody waits: the next wait returns at once. */
+void pd_channel_set_wake(pd_channel_set *set);
+
+/* The backends compiled in, in default preference order. */
+int pd_transport_backends(const char *const **names);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,83 @@
+#!/bin/sh
+# The transport between MPI ranks and the measurements built on it:
+# `pipedream topo --measure` alone (two forked processes of this node);
+# then under `mpirun -np 2`: the shared case table of tests/unit/
+# test_transport over the mpi backend (rank 0 runs the cases, rank 1 their
+# peers), a peer that dies mid-stream (mpirun must end the job with a
+# non-zero status in time, not hang), `pipedream bench transport --backend
+# mpi` (a sound line per size beside plain MPI_Send/MPI_Recv) and
+# `pipedream topo --mpi --measure` (the level measured between the two
+# ranks). The MPI part skips (77) without MPI or mpirun.
+set -eu
+: "${top_builddir:?run under make check}"
+pd="$top_builddir/src/cli/pipedream"
+tt="$top_builddir/tests/unit/test_transport"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+fail() {
+    echo "FAIL: $*"
+    exit 1
+}
+
+# Alone: the innermost level between two processes; the others named.
+"$pd" topo --measure >"$work/out" 2>"$work/err" || { cat "$work/out" "$work/err"; fail "pipedream topo --measure"; }
+grep -A1 "^  0 " "$work/out" | grep -q "measured .* (shm, host memory; .* of discovered), two processes of this node" ||
+    { cat "$work/out"; fail "topo --measure: no measurement of level 0 between two processes"; }
+status=0
+"$pd" topo --measure --json >/dev/null 2>"$work/err" || status=$?
+[ "$status" -eq 2 ] || fail "topo --measure --json: exit $status, expected 2"
+echo "pipedream topo --measure: $(grep "^ \+measured " "$work/out" | sed 's/^ *//')"
+
+. "$top_srcdir/tests/integration/mpi_env.sh"
+run2() {
+    limit=$1
+    shift
+    timeout "$limit" mpirun $mpirun_flags -np 2 "$@"
+}
+
+# The case table over mpi.
+status=0
+run2 300 "$tt" >"$work/out" 2>&1 || status=$?
+cat "$work/out"
+[ "$status" -ne 124 ] || fail "the mpi case table hung (killed after 300 s)"
+[ "$status" -eq 0 ] || fail "the mpi case table exited $status"
+# TAP under make check (CMOCKA_MESSAGE_OUTPUT), cmocka's own format otherwise.
+grep -q "^ok [0-9]* - mpi: \|OK \] mpi: " "$work/out" || fail "the mpi case table passed no case"
+! grep -q "^not ok\|FAILED" "$work/out" || fail "a case of the mpi table failed"
+
+# A peer killed: mpirun ends the job, the survivor does not wait for ever.
+status=0
+start=$(date +%s)
+run2 60 "$tt" --peer-killed >"$work/out" 2>&1 || status=$?
+took=$(($(date +%s) - start))
+[ "$status" -ne 124 ] || { cat "$work/out"; fail "rank 0 hung after its peer died (killed after 60 s)"; }
+[ "$status" -ne 0 ] || { cat "$work/out"; fail "a dead peer went unnoticed (exit 0)"; }
+grep -q "received 5 messages" "$work/out" || { cat "$work/out"; fail "the killed-peer case did not get under way"; }
+! grep -q "still runs" "$work/out" || { cat "$work/out"; fail "rank 0 outlived its dead peer by 20 s"; }
+[ "$took" -lt 30 ] || fail "the job took $took s to end after a peer died"
+echo "a peer killed: mpirun ended the job with status $status after $took s"
+
+# bench transport --backend mpi: bytes iters MB/s lat_us ref_MB/s ratio.
+run2 120 "$pd" bench transport --backend mpi --size 4K --size 4M --depth 4 --total-mb 32 >"$work/out" 2>"$work/err" ||
+    { cat "$work/out" "$work/err"; fail "bench transport --backend mpi"; }
+cat "$work/out"
+grep -q "^# pipedream bench transport: backend mpi, depth 4, 2 MPI ranks; reference: plain MPI_Send/MPI_Recv" \
+    "$work/out" || fail "bench --backend mpi: header line missing"
+for size in 4096 4194304; do
+    awk -v s="$size" '$1 == s && NF == 6 && $3 > 0 && $4 > 0 && $5 > 0 && $6 > 0 { ok = 1 } END { exit !ok }' \
+        "$work/out" || fail "bench --backend mpi: no sound line for $size bytes"
+done
+[ "$(grep -c '^  ' "$work/out")" = 2 ] || fail "bench --backend mpi: more than one rank printed"
+status=0
+"$pd" bench transport --backend mpi >/dev/null 2>"$work/err" || status=$?
+[ "$status" -eq 2 ] && grep -q "two MPI ranks" "$work/err" ||
+    fail "bench --backend mpi outside mpirun: exit $status, $(cat "$work/err")"
+
+# topo --mpi --measure: the innermost level between the two ranks.
+run2 120 "$pd" topo --mpi --measure >"$work/out" 2>"$work/err" ||
+    { cat "$work/out" "$work/err"; fail "topo --mpi --measure"; }
+grep -A1 "^  0 " "$work/out" | grep -q "measured .* (shm, host memory; .*), ranks 0 and 1 on " ||
+    { cat "$work/out"; fail "topo --mpi --measure: level 0 not measured between ranks 0 and 1"; }
+[ "$(grep -c "^measured with the transport" "$work/out")" = 1 ] || fail "topo --mpi --measure: not one table"
+echo "mpirun -np 2 pipedream topo --mpi --measure: $(grep "^ \+measured " "$work/out" | sed 's/^ *//')"

@@ -1,0 +1,318 @@
+/* Transport internals shared by the channel layer and the backends
+ * (module-private): the channel object, the backend table laid over the
+ * default "unsupported" one, the message header and its checks, the slot
+ * ring, and the token handshake over a socket. */
+#ifndef PD_TRANSPORT_INT_H
+#define PD_TRANSPORT_INT_H
+
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <pipedream/transport.h>
+
+#define PD_TP_MAX_BACKENDS 4
+#define PD_TP_ADDRESS_BYTES 512
+#define PD_TP_MSG_MAGIC 0x314d4450u /* "PDM1": a message header */
+#define PD_TP_MAX_DEPTH 1024
+#define PD_TP_MAX_SLOT_BYTES ((size_t)1 << 32)
+#define PD_TP_PAGE 4096
+#define PD_TP_MAX_REGIONS 8 /* send regions a channel may declare */
+#define PD_TP_WAIT_FDS 2 /* descriptors one channel gives a set to sleep on */
+
+/* The header in front of every message, at the start of its slot. Peers
+ * are assumed to share byte order (checked through the magic). */
+typedef struct pd_tp_header {
+    uint32_t magic;
+    uint32_t channel_id;
+    uint32_t slot; /* must equal seq % depth */
+    uint32_t flags;
+    uint64_t seq;   /* must equal the number of messages before it */
+    uint64_t bytes; /* payload bytes, <= slot_bytes */
+    uint64_t minibatch;
+    uint32_t kind;
+    uint32_t version;
+    uint8_t reserved[16];
+} pd_tp_header;
+_Static_assert(sizeof(pd_tp_header) == 64, "the header is one cache line");
+
+/* The first page of the receiver's ring: the counters the shm backend
+ * shares (each on its own cache line; other backends leave them alone). */
+typedef struct pd_tp_ring_ctl {
+    _Alignas(64) _Atomic uint64_t posted;   /* sender: messages written */
+    _Alignas(64) _Atomic uint64_t released; /* receiver: slots given back */
+    _Alignas(64) _Atomic uint32_t recv_sleeping;
+    _Alignas(64) _Atomic uint32_t send_sleeping;
+} pd_tp_ring_ctl;
+
+/* Sender memory the caller declared for sends (pd_channel_register). */
+typedef struct pd_tp_region {
+    const void *data;
+    size_t bytes;
+} pd_tp_region;
+
+/* One posted send. */
+typedef struct pd_tp_send {
+    const void *data;
+    size_t bytes;
+    pd_tp_header header;
+} pd_tp_send;
+
+typedef struct pd_tp_ops pd_tp_ops;
+
+/* A backend: its name and its entries (NULL where it has none). */
+typedef struct pd_tp_backend {
+    const char *name;
+    const pd_tp_ops *ops;
+} pd_tp_backend;
+
+struct pd_tp_ops {
+    /* Receiver: start listening; write this backend's address part
+     * ("tcp:host:port") into addr. */
+    pd_status (*listen)(pd_channel *ch, void **listener, char *addr, size_t addr_size);
+    /* Receiver: accept and authenticate without blocking; on a proven peer
+     * set ch->be (and the caller then picks this backend). */
+    pd_status (*accept)(pd_channel *ch, void *listener);
+    void (*unlisten)(void *listener);
+    /* Sender: connect to `addr` (this backend's part). PD_ENOTFOUND when
+     * the peer cannot be reached this way (the next backend is tried). */
+    pd_status (*connect)(pd_channel *ch, const char *addr);
+    /* Both: handshake (sets ch->ready), transfers, credits; no blocking. */
+    pd_status (*progress)(pd_channel *ch);
+    /* Both: sleep up to timeout_ms until progress may find work. */
+    pd_status (*wait)(pd_channel *ch, int timeout_ms);
+    /* Receiver: tell the sender that ch->released slots are free. */
+    pd_status (*give_credit)(pd_channel *ch);
+    void (*close)(pd_channel *ch);
+    int (*fd)(pd_channel *ch);
+    /* Both, for a set about to sleep (set.c): announce the sleep, fill fds
+     * (at most PD_TP_WAIT_FDS) with what to poll and return their count;
+     * *poll_ms bounds the sleep (0: progress already has work; -1: no
+     * bound). Default: no descriptor, poll again within 1 ms. */
+    int (*wait_arm)(pd_channel *ch, struct pollfd *fds, int *poll_ms);
+    /* Both: withdraw what wait_arm announced. */
+    void (*wait_disarm)(pd_channel *ch);
+};
+
+typedef enum { PD_TP_SENDER = 0, PD_TP_RECEIVER = 1 } pd_tp_role;
+
+struct pd_channel {
+    pthread_mutex_t lock;
+    pd_tp_role role;
+    pd_channel_config config; /* token points at `token` below */
+    pd_transport_token token;
+    int64_t setup_deadline_ns;
+    pd_status failure; /* PD_OK until the channel fails */
+    char failure_message[512];
+    char address[PD_TP_ADDRESS_BYTES];
+
+    /* Receiver: listeners until a peer is proven. */
+    int listener_count;
+    const pd_tp_backend *listener_backend[PD_TP_MAX_BACKENDS];
+    void *listener[PD_TP_MAX_BACKENDS];
+
+    const pd_tp_backend *backend; /* chosen one, NULL before */
+    pd_tp_ops ops;                /* its entries over the defaults */
+    void *be;                     /* its state */
+    bool ready;                   /* handshake done */
+    bool peer_closed;             /* the peer went away (error when more is expected) */
+    pd_channel_set *set;          /* the set it belongs to (set.c), NULL if none */
+
+    /* The ring (receiver: its slots; shm sender: the mapping of them). */
+    int ring_fd;           /* memfd, -1 if none */
+    size_t ring_bytes;
+    pd_tp_ring_ctl *ctl;   /* first page */
+    uint8_t *slots;        /* depth slots of stride bytes */
+    size_t stride;         /* header + slot_bytes, page-aligned */
+
+    /* Sender: posted sends in a ring of depth entries. */
+    pd_tp_send *sendq;
+    uint64_t posted, started, done; /* done <= started <= posted */
+    uint64_t peer_released;         /* credits: the receiver freed this many */
+    pd_tp_region regions[PD_TP_MAX_REGIONS]; /* pd_channel_register() */
+    int nregions;
+
+    /* Receiver. */
+    pd_tp_header *arrived_headers; /* trusted copies, one per slot */
+    uint64_t arrived, taken, released;
+    uint64_t last_minibatch[4];
+    bool seen_kind[4];
+};
+
+/* The default table: every entry fails with PD_ENOTSUP naming itself. */
+void pd_tp_ops_overlay(pd_tp_ops *table, const pd_tp_ops *backend);
+
+/* Backends compiled in, and lookup by name (NULL if unknown). */
+extern const pd_tp_backend pd_tp_backend_shm;
+extern const pd_tp_backend pd_tp_backend_tcp;
+#ifdef HAVE_MPI
+extern const pd_tp_backend pd_tp_backend_mpi;
+#endif
+#if defined(HAVE_VERBS) && defined(HAVE_RDMACM)
+#define PD_TP_VERBS 1 /* the verbs backend is built (transport/verbs*.c) */
+extern const pd_tp_backend pd_tp_backend_verbs;
+#endif
+const pd_tp_backend *pd_tp_backend_find(const char *name);
+
+/* A channel of a set had a send posted or a slot released: wakes the set
+ * if it sleeps (its backend may need other descriptors now). */
+void pd_tp_set_notify(pd_channel_set *set);
+/* A channel of the set closes: the set forgets it. */
+void pd_tp_set_forget(pd_channel_set *set, const pd_channel *ch);
+
+/* Records the channel's failure once (later calls return it again). */
+pd_status pd_tp_fail(pd_channel *ch, pd_status status);
+
+/* Nanoseconds on the monotonic clock. */
+int64_t pd_tp_now_ns(void);
+
+/* Sender: the next posted send that has a credit and has not started, or
+ * NULL. The caller starts it and increments ch->started (ch->done when
+ * its buffer is no longer needed). */
+pd_tp_send *pd_tp_next_send(pd_channel *ch);
+
+/* Receiver: checks a header arriving for message ch->arrived: magic,
+ * channel, slot, sequence, length <= slot_bytes, tag order. PD_ECOMM naming
+ * the field on any violation. */
+pd_status pd_tp_header_check(const pd_channel *ch, const pd_tp_header *h);
+
+/* Receiver: records a checked header (a trusted copy) and counts the
+ * message as arrived. */
+void pd_tp_header_accept(pd_channel *ch, const pd_tp_header *h);
+
+/* Sender: credits the receiver reports; PD_ECOMM if impossible. */
+pd_status pd_tp_credit_update(pd_channel *ch, uint64_t released);
+
+/* The ring in shared memory: maps a fresh memfd (receiver) or a received
+ * one (shm sender), checking its size against the channel's shape. */
+pd_status pd_tp_ring_create(pd_channel *ch);
+pd_status pd_tp_ring_map(pd_channel *ch, int fd);
+void pd_tp_ring_destroy(pd_channel *ch);
+
+/* Message authentication: SipHash-2-4 of `data` under the token. */
+uint64_t pd_tp_siphash(const uint8_t key[16], const void *data, size_t len);
+
+/* The handshake's proof: MAC(token, "pipedream-proof", prover's role,
+ * channel, verifier's nonce, prover's nonce), bound to one connection. */
+uint64_t pd_tp_hs_proof(const pd_channel *ch, int prover_role, const uint8_t *verifier_nonce,
+                        const uint8_t *prover_nonce);
+
+/* The start of every handshake frame, the socket handshake's and the mpi
+ * backend's control frames: which protocol, which end, which channel of
+ * which shape. */
+typedef struct pd_tp_frame_head {
+    uint32_t magic;
+    uint8_t type;
+    uint8_t role;
+    uint16_t proto;
+    uint32_t channel_id;
+    uint32_t depth;
+    uint64_t slot_bytes;
+} pd_tp_frame_head;
+_Static_assert(sizeof(pd_tp_frame_head) == 24, "a frame head is 24 bytes");
+
+/* Fills a frame head for this end of the channel (role as it speaks). */
+void pd_tp_frame_head_fill(pd_tp_frame_head *head, const pd_channel *ch, uint32_t magic, uint16_t proto, int type,
+                           pd_tp_role role);
+
+/* Checks the head of a peer's frame: the protocol `proto` and this
+ * channel's id. PD_ECOMM naming `who` ("handshake", "mpi") otherwise. */
+pd_status pd_tp_frame_head_check(const pd_channel *ch, const pd_tp_frame_head *head, uint16_t proto,
+                                 const char *who);
+
+/* Checks that the peer's channel has this one's depth and slot size;
+ * PD_ECOMM otherwise. */
+pd_status pd_tp_frame_head_check_shape(const pd_channel *ch, const pd_tp_frame_head *head);
+
+/* The token handshake over a connected socket (tcp stream or unix
+ * seqpacket), non-blocking, identical for every socket backend:
+ *   both send HELLO {role, channel, nonce};
+ *   both send PROOF = MAC(token, role, peer nonce, own nonce) (+ fds);
+ *   the receiver, once the sender's proof checks, sends READY {depth,
+ *   slot_bytes, stride} (+ fds); the sender accepts READY only after the
+ *   receiver's proof checked.
+ * Descriptors travel with PROOF (sender) and READY (receiver) on unix
+ * sockets only. */
+#define PD_TP_HS_MAX_FDS 2
+typedef struct pd_tp_hs {
+    int fd;
+    bool stream; /* tcp: frames may arrive in pieces */
+    pd_tp_role role;
+    uint8_t nonce[16], peer_nonce[16];
+    bool sent_hello, got_hello, sent_proof, peer_proven, sent_ready, done;
+    uint8_t in[64];
+    size_t in_len;
+    int fds_out[PD_TP_HS_MAX_FDS], nfds_out;
+    int fds_in[PD_TP_HS_MAX_FDS], nfds_in;
+} pd_tp_hs;
+
+pd_status pd_tp_hs_init(pd_tp_hs *hs, int fd, bool stream, pd_tp_role role);
+
+/* Advances the handshake; *done once it completed. The socket must be
+ * non-blocking. PD_ECOMM on a wrong token, a foreign peer or a closed
+ * socket. */
+pd_status pd_tp_hs_step(pd_channel *ch, pd_tp_hs *hs, bool *done);
+
+/* Closes descriptors received and not taken. */
+void pd_tp_hs_cleanup(pd_tp_hs *hs);
+
+/* Socket helpers. */
+pd_status pd_tp_set_nonblocking(int fd);
+/* Reads up to len bytes without blocking: *got may be 0 (nothing yet);
+ * PD_ECOMM when the peer closed or reset the connection. */
+pd_status pd_tp_read_some(pd_channel *ch, int fd, void *buf, size_t len, size_t *got);
+/* Sleeps on fd for `events` up to timeout_ms (EINTR is a wake-up). */
+pd_status pd_tp_poll1(int fd, short events, int timeout_ms, short *revents);
+
+/* A connection of a socket backend (tcp, shm): the backend's state begins
+ * with this part. */
+typedef struct pd_tp_sock {
+    int sock;
+    pd_tp_hs hs;
+} pd_tp_sock;
+
+/* What the socket backends share beyond their state: */
+typedef struct pd_tp_sock_ops {
+    const char *name; /* "tcp", "shm": in messages */
+    /* Makes the state of a connected socket, taking the socket (closed on
+     * failure). */
+    pd_status (*conn_new)(pd_channel *ch, int sock, pd_tp_role role, pd_tp_sock **out);
+    /* Optional: the handshake completed; takes what came with it. */
+    pd_status (*conn_proven)(pd_channel *ch, pd_tp_sock *conn);
+    void (*conn_free)(pd_tp_sock *conn);
+} pd_tp_sock_ops;
+
+/* Allocates a connection state of `bytes` (zeroed, beginning with a
+ * pd_tp_sock) for a connected socket, made non-blocking, its handshake
+ * initialised. Takes the socket: on failure it is closed. The caller frees
+ * the state with free() after pd_tp_sock_conn_close(). */
+pd_status pd_tp_sock_conn_new(pd_channel *ch, int sock, bool stream, pd_tp_role role, size_t bytes,
+                              pd_tp_sock **out);
+
+/* Closes the socket and the descriptors received and not taken. */
+void pd_tp_sock_conn_close(pd_tp_sock *conn);
+
+/* A socket backend's listener: a listening socket and the connection
+ * whose handshake is under way (one at a time). */
+typedef struct pd_tp_sock_listener {
+    const pd_tp_sock_ops *ops;
+    int fd;
+    pd_tp_sock *pending;
+} pd_tp_sock_listener;
+
+/* Makes a listener of a listening, non-blocking socket, taking it
+ * (closed on failure). Freed by pd_tp_sock_unlisten. */
+pd_status pd_tp_sock_listen(const pd_tp_sock_ops *ops, int fd, pd_tp_sock_listener **out);
+
+/* pd_tp_ops entries for socket backends: accept (and prove) a sender
+ * without blocking, and free a listener with its pending connection. */
+pd_status pd_tp_sock_accept(pd_channel *ch, void *listener);
+void pd_tp_sock_unlisten(void *listener);
+
+/* Runs the handshake of ch->be (a connection of `ops`) without blocking;
+ * sets ch->ready once it completed. */
+pd_status pd_tp_sock_handshake(pd_channel *ch, const pd_tp_sock_ops *ops);
+
+#endif
