@@ -167,6 +167,48 @@ pd_dtype pd_graph_node_dtype(const pd_graph *g, int node);
  * node out of range. */
 pd_status pd_graph_run_node(pd_graph *g, int node, int64_t minibatch, bool backward);
 
+/* ---- pipeline stages: part of a pass, and its stash ----
+ *
+ * A stage runs the forward and backward steps of a subset of the nodes
+ * (increasing ids); the outputs of the other nodes its nodes read are
+ * written by the caller (pd_graph_output) before the forward, and the
+ * gradients of its outputs that later stages consumed are seeds of the
+ * backward. The steps are those of the whole passes, so a pipeline of
+ * stages computes bit for bit what pd_graph_forward/backward compute. */
+
+/* Forward steps of `nodes` in order for `minibatch`, in training mode
+ * (batch statistics, dropout) or inference mode; a training pass is one
+ * that pd_graph_backward_nodes of the same minibatch may follow. PD_EINVAL
+ * unless the ids increase within the graph. */
+pd_status pd_graph_forward_nodes(pd_graph *g, const int *nodes, int n, int64_t minibatch, bool training);
+
+/* Backward steps of `nodes` in reverse order after seeding the output
+ * gradients of `seed_nodes` with `seeds` (seeds NULL or seeds[i] NULL: a
+ * scalar loss, seeded with 1; seed nodes no gradient flows through are
+ * skipped). A seed may name a node outside `nodes` (a tensor a later stage
+ * consumed and this one forwards): its gradient is then summed with what
+ * the nodes add. Afterwards pd_graph_grad of the nodes' inputs holds the
+ * gradients to send upstream. PD_ESTATE without the forward pass of
+ * `minibatch` (or a restored stash of it). */
+pd_status pd_graph_backward_nodes(pd_graph *g, const int *nodes, int n, int64_t minibatch, int n_seeds,
+                                  const int *seed_nodes, const pd_tensor *const *seeds);
+
+/* Whether a gradient flows through `node` (a trainable parameter at or
+ * before it); false before allocation. */
+bool pd_graph_node_needs_grad(const pd_graph *g, int node);
+
+/* Bytes of the state the backward steps of `nodes` read: the outputs of
+ * the nodes and of their inputs, and the nodes' saved buffers. */
+pd_status pd_graph_stash_bytes(pd_graph *g, const int *nodes, int n, size_t *bytes);
+
+/* Copies that state into `host` (pd_graph_stash_bytes of them) after a
+ * forward of the nodes. */
+pd_status pd_graph_stash_save(pd_graph *g, const int *nodes, int n, void *host);
+
+/* Copies a stash back and makes it the completed forward pass of
+ * `minibatch`, so its backward can run after other minibatches' passes. */
+pd_status pd_graph_stash_restore(pd_graph *g, const int *nodes, int n, int64_t minibatch, const void *host);
+
 #ifdef __cplusplus
 }
 #endif

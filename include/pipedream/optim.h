@@ -17,6 +17,14 @@ pd_status pd_optimizer_create_sgd(pd_graph *g, const pd_sgd_desc *desc, pd_optim
 /* Adam / AdamW (torch.optim semantics); the step count is managed. */
 pd_status pd_optimizer_create_adam(pd_graph *g, const pd_adam_desc *desc, pd_optimizer **out);
 
+/* The same over the trainable ones among `n` of g's parameters only (a
+ * pipeline stage's): state is allocated, and updates applied, for them
+ * alone. */
+pd_status pd_optimizer_create_sgd_for(pd_graph *g, pd_param *const *params, int n, const pd_sgd_desc *desc,
+                                      pd_optimizer **out);
+pd_status pd_optimizer_create_adam_for(pd_graph *g, pd_param *const *params, int n, const pd_adam_desc *desc,
+                                       pd_optimizer **out);
+
 /* Applies one update to every trainable parameter from its gradient. */
 pd_status pd_optimizer_step(pd_optimizer *opt);
 

@@ -33,6 +33,7 @@ typedef struct train_args {
     int64_t batch, channels, height, width, limit_train, limit_test, threads, log_every;
     double width_mult;
     bool quiet;
+    pd_cli_pipeline_args pipeline; /* --plan: train_pipeline.c */
 } train_args;
 
 /* What the progress callback keeps between steps. */
@@ -79,6 +80,17 @@ enum {
     OPT_LOG_EVERY,
     OPT_LIMIT_TRAIN,
     OPT_LIMIT_TEST,
+    OPT_PLAN,
+    OPT_PROFILE,
+    OPT_SCHEDULE,
+    OPT_MICROBATCHES,
+    OPT_VERTICAL_SYNC,
+    OPT_NP,
+    OPT_TIMEOUT,
+    OPT_TRANSPORT,
+    OPT_PROGRESS_EVERY,
+    OPT_LEVELS,
+    OPT_OVERLAP_ALLREDUCE,
 };
 
 static double now_seconds(void)
@@ -159,6 +171,9 @@ void pd_cli_train_usage(FILE *out)
             "  --log-every N          progress line every N steps (default: every ~2 s)\n"
             "  --quiet                no progress or summary on stderr\n"
             "  --help                 this text\n"
+            "\n");
+    pd_cli_train_pipeline_usage(out);
+    fprintf(out,
             "\n"
             "JSON summary fields: model, device, batch, steps, epochs, final_loss (the\n"
             "last step's), test_accuracy, test_samples, train_seconds (wall time in\n"
@@ -236,6 +251,12 @@ static int check_combinations(train_args *a, bool lr_step_set, bool lr_power_set
         pd_cli_error("train: --model: unknown model '%s' (known: %s)", a->t.model, known);
         return -1;
     }
+    if (strcmp(a->t.model, "s2vt") == 0) {
+        /* Its inputs are frame features and caption words, not images. */
+        pd_cli_error("train: --model s2vt: the trainer reads image classification data only; S2VT's "
+                     "sequence data is not wired into train yet (profile and model-info take s2vt)");
+        return -1;
+    }
     struct stat st;
     if (strcmp(a->dataset, "synthetic") != 0 && (stat(a->data, &st) != 0 || !S_ISDIR(st.st_mode))) {
         pd_cli_error("train: --data: '%s' is not a directory", a->data);
@@ -285,6 +306,17 @@ static int parse_args(int argc, char **argv, train_args *a)
         {"log-every", required_argument, NULL, OPT_LOG_EVERY},
         {"limit-train", required_argument, NULL, OPT_LIMIT_TRAIN},
         {"limit-test", required_argument, NULL, OPT_LIMIT_TEST},
+        {"plan", required_argument, NULL, OPT_PLAN},
+        {"profile", required_argument, NULL, OPT_PROFILE},
+        {"schedule", required_argument, NULL, OPT_SCHEDULE},
+        {"microbatches", required_argument, NULL, OPT_MICROBATCHES},
+        {"vertical-sync", no_argument, NULL, OPT_VERTICAL_SYNC},
+        {"np", required_argument, NULL, OPT_NP},
+        {"timeout", required_argument, NULL, OPT_TIMEOUT},
+        {"transport", required_argument, NULL, OPT_TRANSPORT},
+        {"progress-every", required_argument, NULL, OPT_PROGRESS_EVERY},
+        {"levels", required_argument, NULL, OPT_LEVELS},
+        {"overlap-allreduce", no_argument, NULL, OPT_OVERLAP_ALLREDUCE},
         {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -354,6 +386,21 @@ static int parse_args(int argc, char **argv, train_args *a)
         case OPT_LOG_EVERY: bad = pd_cli_parse_int64("--log-every", optarg, 1, big, &a->log_every); break;
         case OPT_LIMIT_TRAIN: bad = pd_cli_parse_int64("--limit-train", optarg, 1, big, &a->limit_train); break;
         case OPT_LIMIT_TEST: bad = pd_cli_parse_int64("--limit-test", optarg, 1, big, &a->limit_test); break;
+        case OPT_PLAN: a->pipeline.plan = optarg; break;
+        case OPT_PROFILE: a->pipeline.profile = optarg; break;
+        case OPT_SCHEDULE: a->pipeline.schedule = optarg; break;
+        case OPT_TRANSPORT: a->pipeline.transport = optarg; break;
+        case OPT_LEVELS: a->pipeline.levels = optarg; break;
+        case OPT_OVERLAP_ALLREDUCE: a->pipeline.overlap_allreduce = true; break;
+        case OPT_VERTICAL_SYNC: a->pipeline.vertical_sync = true; break;
+        case OPT_MICROBATCHES:
+            bad = pd_cli_parse_int64("--microbatches", optarg, 1, 1 << 20, &a->pipeline.microbatches);
+            break;
+        case OPT_NP: bad = pd_cli_parse_int64("--np", optarg, 1, 1 << 16, &a->pipeline.np); break;
+        case OPT_TIMEOUT: bad = pd_cli_parse_int64("--timeout", optarg, 1, 86400, &a->pipeline.timeout); break;
+        case OPT_PROGRESS_EVERY:
+            bad = pd_cli_parse_double("--progress-every", optarg, 0.1, 86400, &a->pipeline.progress);
+            break;
         case 'q': a->quiet = true; break;
         case 'h': pd_cli_train_usage(stdout); return PD_CLI_OK;
         default: pd_cli_option_error("train", c, argv, optind); return PD_CLI_USAGE;
@@ -544,6 +591,10 @@ int pd_cli_train(int argc, char **argv)
 
     if ((code = parse_args(argc, argv, &a)) >= 0)
         return code;
+    if (a.pipeline.plan || a.pipeline.profile || a.pipeline.np || a.pipeline.levels) {
+        a.pipeline.quiet = a.quiet;
+        return pd_cli_train_pipeline(argc, argv, &a.t, &a.pipeline);
+    }
     a.t.progress = on_progress;
     a.t.progress_user = &ps;
     if ((s = pd_trainer_create(&a.t, &trainer)) != PD_OK) {

@@ -485,3 +485,51 @@ pd_status pd_graph_run_node(pd_graph *g, int node, int64_t minibatch, bool backw
         PD_CHECK(begin_backward(g, last, NULL));
     return backward_step(g, node, minibatch);
 }
+
+/* ---- a pipeline stage's part of a pass ---- */
+
+pd_status pd_graph_forward_nodes(pd_graph *g, const int *nodes, int n, int64_t minibatch, bool training)
+{
+    if (!g->allocated)
+        return PD_ERROR(PD_ESTATE, "graph: forward before pd_graph_allocate");
+    for (int i = 0; i < n; i++) {
+        if (nodes[i] < 0 || nodes[i] >= g->n_layers || (i > 0 && nodes[i] <= nodes[i - 1]))
+            return PD_ERROR(PD_EINVAL, "graph: forward of node %d (entry %d): nodes must increase within 0..%d",
+                            nodes[i], i, g->n_layers - 1);
+        PD_CHECK(forward_step(g, nodes[i], minibatch, training));
+    }
+    g->forward_minibatch = minibatch;
+    g->forward_training = training;
+    g->forward_done = true;
+    return PD_OK;
+}
+
+pd_status pd_graph_backward_nodes(pd_graph *g, const int *nodes, int n, int64_t minibatch, int n_seeds,
+                                  const int *seed_nodes, const pd_tensor *const *seeds)
+{
+    if (!g->allocated || !g->forward_done || !g->forward_training || g->forward_minibatch != minibatch)
+        return PD_ERROR(PD_ESTATE, "graph: backward of minibatch %lld without its training forward pass",
+                        (long long)minibatch);
+    memset(g->grad_written, 0, (size_t)g->n_layers * sizeof(*g->grad_written));
+    for (int i = 0; i < n_seeds; i++) {
+        int k = seed_nodes[i];
+        if (k < 0 || k >= g->n_layers)
+            return PD_ERROR(PD_EINVAL, "graph: backward seed node %d of %d", k, g->n_layers);
+        if (!g->needs_grad[k])
+            continue; /* nothing flows back from there */
+        PD_CHECK(seed_gradient(g, k, seeds ? seeds[i] : NULL));
+        g->grad_written[k] = true;
+    }
+    for (int i = n - 1; i >= 0; i--) {
+        if (nodes[i] < 0 || nodes[i] >= g->n_layers || (i > 0 && nodes[i] <= nodes[i - 1]))
+            return PD_ERROR(PD_EINVAL, "graph: backward of node %d (entry %d): nodes must increase within 0..%d",
+                            nodes[i], i, g->n_layers - 1);
+        PD_CHECK(backward_step(g, nodes[i], minibatch));
+    }
+    return PD_OK;
+}
+
+bool pd_graph_node_needs_grad(const pd_graph *g, int node)
+{
+    return g->allocated && node >= 0 && node < g->n_layers && g->needs_grad[node];
+}

@@ -39,9 +39,11 @@ void pd_optimizer_destroy(pd_optimizer *opt)
     free(opt);
 }
 
-/* Collects g's trainable parameters and allocates n_state zeroed tensors
- * shaped like each of them on g's device. */
-static pd_status optimizer_create(pd_graph *g, opt_kind kind, int n_state, pd_optimizer **out)
+/* Collects g's trainable parameters (those of `only` when it is not NULL)
+ * and allocates n_state zeroed tensors shaped like each of them on g's
+ * device. */
+static pd_status optimizer_create(pd_graph *g, pd_param *const *only, int n_only, opt_kind kind, int n_state,
+                                  pd_optimizer **out)
 {
     pd_param **all;
     int n_all = pd_graph_params(g, &all);
@@ -61,7 +63,10 @@ static pd_status optimizer_create(pd_graph *g, opt_kind kind, int n_state, pd_op
     }
     for (int i = 0; i < n_all; i++) {
         pd_param *p = all[i];
-        if (!p->trainable)
+        bool chosen = !only;
+        for (int k = 0; k < n_only && !chosen; k++)
+            chosen = only[k] == p;
+        if (!p->trainable || !chosen)
             continue;
         if (!p->value.data || !p->grad.data) {
             s = PD_ERROR(PD_ESTATE, "optimizer: parameter %s has no memory; create the optimizer after "
@@ -84,6 +89,12 @@ destroy:
 
 pd_status pd_optimizer_create_sgd(pd_graph *g, const pd_sgd_desc *desc, pd_optimizer **out)
 {
+    return pd_optimizer_create_sgd_for(g, NULL, 0, desc, out);
+}
+
+pd_status pd_optimizer_create_sgd_for(pd_graph *g, pd_param *const *params, int n, const pd_sgd_desc *desc,
+                                      pd_optimizer **out)
+{
     pd_optimizer *opt;
 
     if (!g || !desc || !out)
@@ -95,7 +106,7 @@ pd_status pd_optimizer_create_sgd(pd_graph *g, const pd_sgd_desc *desc, pd_optim
         return PD_ERROR(PD_EINVAL, "optimizer: sgd nesterov needs momentum > 0 and dampening 0, got %g and %g",
                         (double)desc->momentum, (double)desc->dampening);
     /* Plain SGD keeps no state. */
-    PD_CHECK(optimizer_create(g, OPT_SGD, desc->momentum != 0.0f ? 1 : 0, &opt));
+    PD_CHECK(optimizer_create(g, params, n, OPT_SGD, desc->momentum != 0.0f ? 1 : 0, &opt));
     opt->sgd = *desc;
     opt->sgd.first_step = true;
     *out = opt;
@@ -103,6 +114,12 @@ pd_status pd_optimizer_create_sgd(pd_graph *g, const pd_sgd_desc *desc, pd_optim
 }
 
 pd_status pd_optimizer_create_adam(pd_graph *g, const pd_adam_desc *desc, pd_optimizer **out)
+{
+    return pd_optimizer_create_adam_for(g, NULL, 0, desc, out);
+}
+
+pd_status pd_optimizer_create_adam_for(pd_graph *g, pd_param *const *params, int n, const pd_adam_desc *desc,
+                                       pd_optimizer **out)
 {
     pd_optimizer *opt;
 
@@ -114,7 +131,7 @@ pd_status pd_optimizer_create_adam(pd_graph *g, const pd_adam_desc *desc, pd_opt
     if (!(desc->beta1 >= 0.0f && desc->beta1 < 1.0f) || !(desc->beta2 >= 0.0f && desc->beta2 < 1.0f))
         return PD_ERROR(PD_EINVAL, "optimizer: adam betas must be in [0,1), got %g and %g", (double)desc->beta1,
                         (double)desc->beta2);
-    PD_CHECK(optimizer_create(g, OPT_ADAM, 2, &opt));
+    PD_CHECK(optimizer_create(g, params, n, OPT_ADAM, 2, &opt));
     opt->adam = *desc;
     opt->adam.step = 0; /* the first pd_optimizer_step is step 1 */
     *out = opt;

@@ -19,6 +19,8 @@
 #include <pipedream/json.h>
 #include <pipedream/safetensors.h>
 
+#include "runtime/pd_runtime_int.h"
+
 #define FORMAT_NAME "pipedream-checkpoint"
 #define INDEX_FORMAT_NAME "pipedream-checkpoint-index"
 #define OPT_PREFIX "optimizer."
@@ -277,10 +279,8 @@ static pd_status optimizer_name(char *dst, const char *kind, const pd_param *p)
     return PD_OK;
 }
 
-static pd_status tensor_list_make(pd_graph *g, pd_optimizer *opt, tensor_list *l)
+static pd_status tensor_list_make(pd_param *const *params, int n_params, pd_optimizer *opt, tensor_list *l)
 {
-    pd_param **params;
-    int n_params = pd_graph_params(g, &params);
     int n_state = opt ? pd_optimizer_state_count(opt) : 0;
     size_t n = (size_t)(n_params + n_state) + 1;
 
@@ -321,6 +321,16 @@ static pd_status tensor_list_make(pd_graph *g, pd_optimizer *opt, tensor_list *l
 
 pd_status pd_checkpoint_save(const char *path, pd_graph *g, pd_optimizer *opt, const pd_checkpoint_state *state)
 {
+    pd_param **params;
+
+    if (!path || !g || !state)
+        return PD_ERROR(PD_EINVAL, "checkpoint: save needs a path, a graph and a state");
+    return pd_checkpoint_save_params(path, params, pd_graph_params(g, &params), opt, state);
+}
+
+pd_status pd_checkpoint_save_params(const char *path, pd_param *const *params, int n, pd_optimizer *opt,
+                                    const pd_checkpoint_state *state)
+{
     const char *meta_values[N_META];
     const char *metadata[2 * (N_META + 1)];
     char version[16], crc_text[32];
@@ -330,8 +340,8 @@ pd_status pd_checkpoint_save(const char *path, pd_graph *g, pd_optimizer *opt, c
     uint32_t crc;
     pd_status s;
 
-    if (!path || !g || !state)
-        return PD_ERROR(PD_EINVAL, "checkpoint: save needs a path, a graph and a state");
+    if (!path || !state)
+        return PD_ERROR(PD_EINVAL, "checkpoint: save needs a path and a state");
     if (state->seed > (uint64_t)INT64_MAX)
         return PD_ERROR(PD_EINVAL, "checkpoint: seed %" PRIu64 " exceeds %" PRId64, state->seed, INT64_MAX);
     if (!(state_json = state_to_json(state)))
@@ -340,7 +350,7 @@ pd_status pd_checkpoint_save(const char *path, pd_graph *g, pd_optimizer *opt, c
     json_decref(state_json);
     if (!state_text)
         return PD_ERROR(PD_ENOMEM, "checkpoint: cannot format the state JSON");
-    PD_CHECK_GOTO(tensor_list_make(g, opt, &list), s, free_text);
+    PD_CHECK_GOTO(tensor_list_make(params, n, opt, &list), s, free_text);
 
     snprintf(version, sizeof(version), "%d", PD_CHECKPOINT_FORMAT_VERSION);
     meta_values[META_FORMAT] = FORMAT_NAME;
@@ -579,7 +589,9 @@ pd_status pd_checkpoint_load(const char *path, const pd_checkpoint_state *expect
     if (!path || !g)
         return PD_ERROR(PD_EINVAL, "checkpoint: load needs a path and a graph");
     PD_CHECK(open_checked(path, &file, &st));
-    PD_CHECK_GOTO(tensor_list_make(g, opt, &list), s, close);
+    pd_param **params;
+    int n_params = pd_graph_params(g, &params);
+    PD_CHECK_GOTO(tensor_list_make(params, n_params, opt, &list), s, close);
     if (expected)
         PD_CHECK_GOTO(pd_checkpoint_check_compatible(path, &st, expected), s, free_list);
     if (opt && pd_optimizer_get_kind(opt) != st.optimizer) {
@@ -614,6 +626,71 @@ free_list:
     tensor_list_free(&list);
 close:
     pd_safetensors_close(file);
+    return s;
+}
+
+pd_status pd_checkpoint_load_params(const char *const *paths, int n_paths, const pd_checkpoint_state *expected,
+                                    pd_param *const *params, int n, pd_optimizer *opt, pd_checkpoint_state *out)
+{
+    pd_safetensors **files = calloc((size_t)(n_paths > 0 ? n_paths : 1), sizeof(*files));
+    int *from = NULL;
+    pd_checkpoint_state st, first = {0};
+    tensor_list list = {0};
+    pd_status s = PD_OK;
+
+    if (!files)
+        return PD_ERROR(PD_ENOMEM, "checkpoint: out of host memory");
+    for (int f = 0; f < n_paths; f++) {
+        PD_CHECK_GOTO(open_checked(paths[f], &files[f], &st), s, close);
+        if (expected)
+            PD_CHECK_GOTO(pd_checkpoint_check_compatible(paths[f], &st, expected), s, close);
+        if (f == 0)
+            first = st;
+        else if (st.step != first.step) {
+            s = PD_ERROR(PD_EFORMAT, "checkpoint %s is at step %lld, %s at %lld: not one set", paths[f],
+                         (long long)st.step, paths[0], (long long)first.step);
+            goto close;
+        }
+    }
+    PD_CHECK_GOTO(tensor_list_make(params, n, opt, &list), s, close);
+    if (!(from = malloc(sizeof(*from) * (size_t)(list.n + 1)))) {
+        s = PD_ERROR(PD_ENOMEM, "checkpoint: out of host memory");
+        goto free_list;
+    }
+    /* Each tensor from the one file that holds it, checked before any is read. */
+    for (int i = 0; i < list.n; i++) {
+        pd_st_info info;
+        from[i] = -1;
+        for (int f = 0; f < n_paths; f++) {
+            if (pd_safetensors_find(files[f], list.entries[i].name, &info) != PD_OK)
+                continue;
+            if (from[i] >= 0) {
+                s = PD_ERROR(PD_EFORMAT, "checkpoint: tensor '%s' is in both %s and %s", list.entries[i].name,
+                             paths[from[i]], paths[f]);
+                goto free_list;
+            }
+            from[i] = f;
+        }
+        if (from[i] < 0) {
+            s = PD_ERROR(PD_EFORMAT, "checkpoint %s%s: tensor '%s' is missing", paths[0],
+                         n_paths > 1 ? " and the rest of its set" : "", list.entries[i].name);
+            goto free_list;
+        }
+        PD_CHECK_GOTO(check_tensor(paths[from[i]], files[from[i]], list.entries[i].name, list.entries[i].tensor), s,
+                      free_list);
+    }
+    for (int i = 0; i < list.n; i++)
+        PD_CHECK_GOTO(pd_safetensors_read_into(files[from[i]], list.entries[i].name, (pd_tensor *)list.entries[i].tensor),
+                      s, free_list);
+    if (out)
+        *out = first;
+free_list:
+    free(from);
+    tensor_list_free(&list);
+close:
+    for (int f = 0; f < n_paths; f++)
+        pd_safetensors_close(files[f]);
+    free(files);
     return s;
 }
 

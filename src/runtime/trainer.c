@@ -18,6 +18,8 @@
 #include <pipedream/log.h>
 #include <pipedream/trainer.h>
 
+#include "runtime/pd_runtime_int.h"
+
 #define PATH_BYTES 4096
 
 struct pd_trainer {
@@ -162,10 +164,9 @@ static pd_status make_schedule(pd_trainer *t)
     return pd_lr_schedule_check(&t->schedule);
 }
 
-static pd_status make_optimizer(pd_trainer *t)
+pd_status pd_trainer_optimizer_create(const pd_trainer_options *o, pd_graph *g, pd_param *const *params, int n,
+                                      pd_optimizer **out)
 {
-    const pd_trainer_options *o = &t->opts;
-
     if (o->optimizer == PD_OPTIMIZER_ADAM) {
         const pd_adam_desc adam = {
             .lr = (float)o->lr,
@@ -175,7 +176,7 @@ static pd_status make_optimizer(pd_trainer *t)
             .weight_decay = (float)o->weight_decay,
             .decoupled = o->decoupled_weight_decay,
         };
-        return pd_optimizer_create_adam(t->g, &adam, &t->opt);
+        return params ? pd_optimizer_create_adam_for(g, params, n, &adam, out) : pd_optimizer_create_adam(g, &adam, out);
     }
     const pd_sgd_desc sgd = {
         .lr = (float)o->lr,
@@ -183,7 +184,7 @@ static pd_status make_optimizer(pd_trainer *t)
         .weight_decay = (float)o->weight_decay,
         .nesterov = o->nesterov,
     };
-    return pd_optimizer_create_sgd(t->g, &sgd, &t->opt);
+    return params ? pd_optimizer_create_sgd_for(g, params, n, &sgd, out) : pd_optimizer_create_sgd(g, &sgd, out);
 }
 
 /* The state a checkpoint of this run at its current step holds. */
@@ -295,7 +296,7 @@ pd_status pd_trainer_create(const pd_trainer_options *opts, pd_trainer **out)
     PD_CHECK_GOTO(pd_graph_create(t->dev, opts->seed, &t->g), s, fail);
     PD_CHECK_GOTO(pd_model_build(opts->model, t->g, &t->model, &t->io), s, fail);
     PD_CHECK_GOTO(pd_graph_allocate(t->g), s, fail);
-    PD_CHECK_GOTO(make_optimizer(t), s, fail);
+    PD_CHECK_GOTO(pd_trainer_optimizer_create(opts, t->g, NULL, 0, &t->opt), s, fail);
 
     const size_t batch = (size_t)t->model.batch;
     const size_t image = (size_t)t->model.channels * (size_t)t->model.height * (size_t)t->model.width;
@@ -362,25 +363,47 @@ static pd_status feed(pd_trainer *t)
     return pd_tensor_copy_from_host(labels, t->labels, pd_tensor_nbytes(labels));
 }
 
-/* Counts the rows among the first `valid` whose arg-max (first maximum) of
- * the logits is the label. */
-static pd_status count_correct(pd_trainer *t, int valid, int64_t *correct)
+pd_status pd_trainer_count_correct(const pd_tensor *logits, const int32_t *labels, int valid, int classes,
+                                   float *host, int64_t *correct)
 {
-    const pd_tensor *logits = pd_graph_output(t->g, t->io.logits);
-    const int classes = t->model.classes;
     int64_t hits = 0;
 
-    PD_CHECK(pd_tensor_copy_to_host(logits, t->logits, pd_tensor_nbytes(logits)));
+    PD_CHECK(pd_tensor_copy_to_host(logits, host, pd_tensor_nbytes(logits)));
     for (int i = 0; i < valid; i++) {
-        const float *row = t->logits + (size_t)i * (size_t)classes;
+        const float *row = host + (size_t)i * (size_t)classes;
         int best = 0;
         for (int k = 1; k < classes; k++)
             if (row[k] > row[best])
                 best = k;
-        hits += best == t->labels[i];
+        hits += best == labels[i];
     }
     *correct = hits;
     return PD_OK;
+}
+
+static pd_status count_correct(pd_trainer *t, int valid, int64_t *correct)
+{
+    return pd_trainer_count_correct(pd_graph_output(t->g, t->io.logits), t->labels, valid, t->model.classes,
+                                    t->logits, correct);
+}
+
+void pd_trainer_get_parts(pd_trainer *t, pd_trainer_parts *out)
+{
+    *out = (pd_trainer_parts){
+        .dev = t->dev,
+        .train = t->train,
+        .eval = t->eval,
+        .train_info = t->train_info,
+        .eval_info = t->eval_info,
+        .model = t->model,
+        .g = t->g,
+        .io = t->io,
+        .opt = t->opt,
+        .schedule = &t->schedule,
+        .images = t->images,
+        .labels = t->labels,
+        .logits = t->logits,
+    };
 }
 
 /* Accuracy over the whole evaluation split in inference mode. */

@@ -90,6 +90,7 @@ expect 2 "frobnicate" frobnicate
 expect 2 "--frobnicate" --frobnicate
 expect 2 "--frobnicate" train --frobnicate
 expect 2 "extra" train extra
+expect 2 "sequence data" train --model s2vt --dataset synthetic
 expect 2 "--quiet=yes" train --quiet=yes
 expect 2 "--batch" train --batch
 for bad in abc 12x "" " 7" 0 -3 99999999999999999999 1e3; do
