@@ -20,5 +20,12 @@
 #include <pipedream/profile.h>
 #include <pipedream/checkpoint.h>
 #include <pipedream/trainer.h>
+#include <pipedream/weight_ring.h>
+#include <pipedream/plan.h>
+#include <pipedream/slurm.h>
+#include <pipedream/topology.h>
+#include <pipedream/sched.h>
+#include <pipedream/transport.h>
+#include <pipedream/pipeline.h>
 
 #endif

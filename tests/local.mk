@@ -30,7 +30,7 @@ tests_unit_test_cuda_ops_LDADD = $(TEST_LDADD)
 TESTS += tests/unit/test_cuda_ops
 
 if HAVE_CMOCKA
-noinst_HEADERS += tests/unit/test_files.h
+noinst_HEADERS += tests/unit/test_files.h tests/unit/test_plans.h
 UNIT_TESTS = \
 	tests/unit/test_core \
 	tests/unit/test_mem_plan \
@@ -47,7 +47,19 @@ UNIT_TESTS = \
 	tests/unit/test_loader \
 	tests/unit/test_checkpoint \
 	tests/unit/test_profile \
-	tests/unit/test_s2vt
+	tests/unit/test_s2vt \
+	tests/unit/test_plan_states \
+	tests/unit/test_plan_pipedream \
+	tests/unit/test_plan_default \
+	tests/unit/test_plan_file \
+	tests/unit/test_topology \
+	tests/unit/test_transport \
+	tests/unit/test_sched \
+	tests/unit/test_sim_plan \
+	tests/unit/test_weight_ring \
+	tests/unit/test_cluster_gather \
+	tests/unit/test_pipeline_segments \
+	tests/unit/test_slurm
 check_PROGRAMS += $(UNIT_TESTS)
 TESTS += $(UNIT_TESTS)
 tests_unit_test_core_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
@@ -67,6 +79,20 @@ tests_unit_test_loader_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS) $(TURBOJPEG_LDFLAGS)
 tests_unit_test_checkpoint_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
 tests_unit_test_profile_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
 tests_unit_test_s2vt_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
+tests_unit_test_plan_states_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
+tests_unit_test_plan_pipedream_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
+tests_unit_test_plan_default_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
+tests_unit_test_plan_file_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
+tests_unit_test_topology_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
+tests_unit_test_transport_SOURCES = tests/unit/test_transport.c tests/unit/transport_peer.c tests/unit/transport_peer.h
+tests_unit_test_transport_CPPFLAGS = $(AM_CPPFLAGS) $(MPI_CFLAGS) $(VERBS_CPPFLAGS) $(RDMACM_CPPFLAGS)
+tests_unit_test_transport_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS) $(MPI_LIBS)
+tests_unit_test_sched_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
+tests_unit_test_sim_plan_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
+tests_unit_test_weight_ring_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
+tests_unit_test_cluster_gather_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
+tests_unit_test_pipeline_segments_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
+tests_unit_test_slurm_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
 endif
 
 # Integration tests (shell): real programs on real data.
@@ -78,10 +104,31 @@ INTEGRATION_TESTS = \
 	tests/integration/model_info.sh \
 	tests/integration/train_resume.sh \
 	tests/integration/pytorch_checkpoint.sh \
-	tests/integration/profile_cli.sh
+	tests/integration/profile_cli.sh \
+	tests/integration/plan_cli.sh \
+	tests/integration/topo_cli.sh \
+	tests/integration/topo_mpi.sh \
+	tests/integration/weight_ring_tsan.sh \
+	tests/integration/simulate_cli.sh \
+	tests/integration/bench_transport.sh \
+	tests/integration/transport_mpi.sh \
+	tests/integration/verbs_vm.sh \
+	tests/integration/pipeline_exact.sh \
+	tests/integration/pipeline_epochs.sh \
+	tests/integration/pipeline_resume.sh \
+	tests/integration/slurm_sbatch.sh
 TESTS += $(INTEGRATION_TESTS)
 EXTRA_DIST += $(INTEGRATION_TESTS)
+# Sourced by the tests that run mpirun.
+EXTRA_DIST += tests/integration/mpi_env.sh
+# The paper's experiment scripts slurm_sbatch.sh submits.
+EXTRA_DIST += experiments/lib/job.sh experiments/vgg16.sbatch experiments/alexnet.sbatch experiments/resnet50.sbatch \
+	experiments/inception_v3.sbatch experiments/s2vt.sbatch
+# The soft-RoCE VM that verbs_vm.sh boots (tests/rdma/README.md).
+EXTRA_DIST += tests/rdma/README.md tests/rdma/vm-setup.sh tests/rdma/vm-initramfs.sh tests/rdma/vm-run.sh tests/rdma/vm-init
 
 # Safetensors files against Python's reference package (skips without python3 + safetensors + numpy).
 check_PROGRAMS += tests/integration/st_tool
+check_PROGRAMS += tests/integration/pipeline_ref
+tests_integration_pipeline_ref_LDADD = $(TEST_LDADD)
 tests_integration_st_tool_LDADD = $(TEST_LDADD)

@@ -1,5 +1,5 @@
 /* The `pipedream` command: global options, verb dispatch, and the helpers
- * every verb shares (one-line errors, strict number parsing). */
+ * every verb shares (one-line errors, strict option parsing). */
 #include "config.h"
 
 #include <ctype.h>
@@ -43,6 +43,12 @@ int pd_cli_exit_code(pd_status status)
     default:
         return PD_CLI_FAILURE;
     }
+}
+
+int pd_cli_fail(const char *context, pd_status status)
+{
+    pd_cli_error("%s: %s", context, pd_last_error());
+    return pd_cli_exit_code(status);
 }
 
 void pd_cli_option_error(const char *verb, int ret, char *const *argv, int optind_value)
@@ -101,6 +107,19 @@ int pd_cli_parse_double(const char *option, const char *text, double min, double
     return 0;
 }
 
+int pd_cli_parse_cost_model(const char *verb, const char *text, pd_plan_cost_model *out)
+{
+    if (strcmp(text, "default") == 0) {
+        *out = PD_PLAN_COST_DEFAULT;
+    } else if (strcmp(text, "pipedream") == 0) {
+        *out = PD_PLAN_COST_PIPEDREAM;
+    } else {
+        pd_cli_error("%s: --cost-model: '%s' is not default or pipedream", verb, text);
+        return -1;
+    }
+    return 0;
+}
+
 /* The verbs, in the order --help lists them. */
 static const struct verb {
     const char *name;
@@ -111,6 +130,10 @@ static const struct verb {
     {"models", "list the models of the zoo", pd_cli_models},
     {"model-info", "a model's layers, shapes, parameters, FLOPs and activation bytes", pd_cli_model_info},
     {"profile", "measure per-layer compute times and sizes on a device", pd_cli_profile},
+    {"plan", "partition a model's layers into pipeline stages over the workers", pd_cli_plan},
+    {"topo", "discover the machine's topology and write the cluster file", pd_cli_topo},
+    {"simulate", "check a plan's schedule and predict its throughput; compare with DP, GPipe", pd_cli_simulate},
+    {"bench", "measure the transport between two ranks (bench transport --backend B)", pd_cli_bench},
 };
 
 static void usage(FILE *out)

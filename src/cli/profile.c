@@ -4,7 +4,6 @@
 #include "config.h"
 
 #include <getopt.h>
-#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -254,25 +253,6 @@ static int write_profile(const profile_args *a, const pd_profile *p)
 
 /* ---- --import ---- */
 
-/* The model name of an imported file: its directory's for graph*.txt
- * ("vgg16/graph.txt"), else the file name up to the first dot. */
-static void import_model_name(const char *path, char *buf, size_t size)
-{
-    char *copy = strdup(path), *copy2 = strdup(path);
-    const char *base = copy ? basename(copy) : path;
-
-    if (copy2 && strncmp(base, "graph", 5) == 0) {
-        const char *dir = basename(dirname(copy2));
-        snprintf(buf, size, "%s", strcmp(dir, ".") && strcmp(dir, "/") ? dir : "graph");
-    } else {
-        snprintf(buf, size, "%.*s", (int)strcspn(base, "."), base);
-        if (!buf[0])
-            snprintf(buf, size, "imported");
-    }
-    free(copy);
-    free(copy2);
-}
-
 static int run_import(const profile_args *a)
 {
     char model[256];
@@ -290,7 +270,7 @@ static int run_import(const profile_args *a)
         if (a->model)
             snprintf(model, sizeof(model), "%s", a->model);
         else
-            import_model_name(a->import, model, sizeof(model));
+            pd_cli_import_model_name(a->import, model, sizeof(model));
         s = pd_profile_import_graph_txt(a->import, model, a->batch > 0 ? (int)a->batch : 0, &p);
     }
     if (s != PD_OK)

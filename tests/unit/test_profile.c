@@ -23,45 +23,7 @@
 #include <pipedream.h>
 #include <pipedream/profile.h>
 
-static char tmpdir[64];
-
-static int setup(void **state)
-{
-    snprintf(tmpdir, sizeof(tmpdir), "/tmp/pd_test_profile.XXXXXX");
-    return mkdtemp(tmpdir) ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    DIR *d = opendir(tmpdir);
-    struct dirent *e;
-    char path[PATH_MAX];
-
-    while (d && (e = readdir(d))) {
-        snprintf(path, sizeof(path), "%s/%s", tmpdir, e->d_name);
-        if (e->d_name[0] != '.')
-            unlink(path);
-    }
-    if (d)
-        closedir(d);
-    rmdir(tmpdir);
-    return 0;
-}
-
-static const char *tmp_path(const char *name)
-{
-    static char path[PATH_MAX];
-    snprintf(path, sizeof(path), "%s/%s", tmpdir, name);
-    return path;
-}
-
-static void write_text(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    assert_int_equal(fclose(f), 0);
-}
+#include "test_files.h"
 
 /* Every field of two profiles' nodes is equal (doubles exactly); the
  * descriptions only when `descriptions`. */
@@ -145,7 +107,7 @@ static void test_model_checks(void **state)
 static void test_json_round_trip(void **state)
 {
     pd_profile *p = sample_profile(), *q;
-    const char *path = tmp_path("toy.profile.json");
+    const char *path = test_tmp_path("toy.profile.json");
 
     assert_int_equal(pd_profile_write_json(p, path), PD_OK);
     assert_int_equal(pd_profile_read_json(path, &q), PD_OK);
@@ -169,10 +131,10 @@ static void test_json_round_trip(void **state)
 /* Writes `text` as a profile file and expects PD_EFORMAT naming `needle`. */
 static void expect_bad_json(const char *text, const char *needle)
 {
-    const char *path = tmp_path("bad.profile.json");
+    const char *path = test_tmp_path("bad.profile.json");
     pd_profile *p = NULL;
 
-    write_text(path, text);
+    test_write_text(path, text);
     pd_error_clear();
     assert_int_equal(pd_profile_read_json(path, &p), PD_EFORMAT);
     assert_null(p);
@@ -192,8 +154,9 @@ static void test_json_rejects_bad_fields(void **state)
     pd_profile *p;
 
     /* A good one first, so the cases below fail for their one reason. */
-    write_text(tmp_path("good.profile.json"), HEAD TAIL "\"nodes\": [" NODE("a", "") ", " NODE("b", "\"a\"") "]}");
-    assert_int_equal(pd_profile_read_json(tmp_path("good.profile.json"), &p), PD_OK);
+    test_write_text(test_tmp_path("good.profile.json"),
+                    HEAD TAIL "\"nodes\": [" NODE("a", "") ", " NODE("b", "\"a\"") "]}");
+    assert_int_equal(pd_profile_read_json(test_tmp_path("good.profile.json"), &p), PD_OK);
     assert_int_equal(pd_profile_node_at(p, 1)->inputs[0], 0);
     pd_profile_destroy(p);
 
@@ -226,23 +189,12 @@ static void test_json_rejects_bad_fields(void **state)
                     "data_loading.ms: 5, but the input nodes' forward times add up to 0");
     expect_bad_json(HEAD TAIL "\"measurement\": {\"warmup\": 1, \"iterations\": 0, \"step_ms\": 1}, \"nodes\": ["
                     NODE("a", "") "]}", "measurement.iterations: expected an integer in [1,");
-    pd_status st = pd_profile_read_json(tmp_path("missing.profile.json"), &p);
+    pd_status st = pd_profile_read_json(test_tmp_path("missing.profile.json"), &p);
     assert_true(st == PD_EIO || st == PD_ENOTFOUND);
     assert_non_null(strstr(pd_last_error(), "missing.profile.json"));
 }
 
 /* ---- graph.txt ---- */
-
-/* The shared profiles directory beside the source tree; NULL if absent. */
-static const char *shared_profiles(void)
-{
-    static char dir[PATH_MAX];
-    const char *top = getenv("top_srcdir");
-    struct stat st;
-
-    snprintf(dir, sizeof(dir), "%s/../shared/pipedream-profiles", top ? top : ".");
-    return stat(dir, &st) == 0 && S_ISDIR(st.st_mode) ? dir : NULL;
-}
 
 /* Lines starting with a tab: the edges, counted without the importer. */
 static int count_edge_lines(const char *path)
@@ -287,7 +239,7 @@ static const pd_profile_node *node_named(const pd_profile *p, const char *name)
 
 static void test_graph_txt_known_files(void **state)
 {
-    const char *dir = shared_profiles();
+    const char *dir = test_src_path("profiles/pipedream");
     pd_profile *p;
 
     assert_non_null(dir); /* main() leaves this test out when it is absent */
@@ -361,7 +313,7 @@ static void test_graph_txt_known_files(void **state)
  * tab lines; export and import again give the same profile. */
 static void test_graph_txt_all_files_round_trip(void **state)
 {
-    const char *dir = shared_profiles();
+    const char *dir = test_src_path("profiles/pipedream");
     DIR *d;
     struct dirent *e;
     int files = 0;
@@ -387,13 +339,13 @@ static void test_graph_txt_all_files_round_trip(void **state)
             snprintf(path, sizeof(path), "%s/%s", dir, rel);
             p = import_shared(dir, rel);
             assert_int_equal(count_edges(p), count_edge_lines(path));
-            assert_int_equal(pd_profile_export_graph_txt(p, tmp_path("export.txt")), PD_OK);
-            if (pd_profile_import_graph_txt(tmp_path("export.txt"), "m", 0, &q) != PD_OK)
+            assert_int_equal(pd_profile_export_graph_txt(p, test_tmp_path("export.txt")), PD_OK);
+            if (pd_profile_import_graph_txt(test_tmp_path("export.txt"), "m", 0, &q) != PD_OK)
                 fail_msg("re-import of %s: %s", rel, pd_last_error());
             assert_same_nodes(p, q, true);
             /* and through JSON */
-            assert_int_equal(pd_profile_write_json(q, tmp_path("export.profile.json")), PD_OK);
-            assert_int_equal(pd_profile_read_json(tmp_path("export.profile.json"), &r), PD_OK);
+            assert_int_equal(pd_profile_write_json(q, test_tmp_path("export.profile.json")), PD_OK);
+            assert_int_equal(pd_profile_read_json(test_tmp_path("export.profile.json"), &r), PD_OK);
             assert_same_nodes(p, r, true);
             print_message("# %-36s %5d nodes %5d edges  compute %9.3f ms  loading %8.3f ms: round trip equal\n",
                           rel, pd_profile_size(p), count_edges(p), pd_profile_compute_ms(p),
@@ -412,11 +364,11 @@ static void test_graph_txt_all_files_round_trip(void **state)
 /* Writes a graph.txt and expects PD_EFORMAT with "bad.txt:<line>" and `needle`. */
 static void expect_bad_txt(const char *text, int line, const char *needle)
 {
-    const char *path = tmp_path("bad.txt");
+    const char *path = test_tmp_path("bad.txt");
     char where[80];
     pd_profile *p = NULL;
 
-    write_text(path, text);
+    test_write_text(path, text);
     pd_error_clear();
     assert_int_equal(pd_profile_import_graph_txt(path, "m", 0, &p), PD_EFORMAT);
     assert_null(p);
@@ -436,12 +388,12 @@ static void test_graph_txt_rejects_bad_lines(void **state)
     pd_profile *p;
 
     /* Accepted: any node order, blank lines, CRLF, a stage_id, " -- " inside a description. */
-    write_text(tmp_path("ok.txt"), "b -- ReLU -- a -- forward_compute_time=1.5, backward_compute_time=2.000, "
+    test_write_text(test_tmp_path("ok.txt"), "b -- ReLU -- a -- forward_compute_time=1.5, backward_compute_time=2.000, "
                                    "activation_size=[8.0; 8.0], parameter_size=0.000 -- stage_id=1\r\n"
                                    "\n"
                                    "a -- Input0" T("0.250", "0.000", "16.0", "0.0")
                                    "\ta -- b\n");
-    assert_int_equal(pd_profile_import_graph_txt(tmp_path("ok.txt"), "m", 8, &p), PD_OK);
+    assert_int_equal(pd_profile_import_graph_txt(test_tmp_path("ok.txt"), "m", 8, &p), PD_OK);
     assert_int_equal(pd_profile_size(p), 2);
     assert_string_equal(pd_profile_node_at(p, 0)->name, "a");
     assert_string_equal(pd_profile_node_at(p, 1)->description, "ReLU -- a");
@@ -471,7 +423,7 @@ static void test_graph_txt_rejects_bad_lines(void **state)
     expect_bad_txt("a -- X" T("1", "2", "1", "1") "b -- X" T("1", "2", "1", "1") "c -- X" T("1", "2", "1", "1")
                    "\ta -- b\n\tb -- c\n\tc -- b\n",
                    0, "the edges form a cycle through node 'b' (line 2)");
-    assert_int_equal(pd_profile_import_graph_txt(tmp_path("absent.txt"), "m", 0, &p), PD_ENOTFOUND);
+    assert_int_equal(pd_profile_import_graph_txt(test_tmp_path("absent.txt"), "m", 0, &p), PD_ENOTFOUND);
     assert_non_null(strstr(pd_last_error(), "absent.txt"));
 }
 
@@ -627,12 +579,12 @@ static void test_measure_lenet(void **state)
 
     /* Measured profiles survive both file formats. */
     pd_profile *q;
-    assert_int_equal(pd_profile_write_json(p, tmp_path("lenet.profile.json")), PD_OK);
-    assert_int_equal(pd_profile_read_json(tmp_path("lenet.profile.json"), &q), PD_OK);
+    assert_int_equal(pd_profile_write_json(p, test_tmp_path("lenet.profile.json")), PD_OK);
+    assert_int_equal(pd_profile_read_json(test_tmp_path("lenet.profile.json"), &q), PD_OK);
     assert_same_nodes(p, q, true);
     pd_profile_destroy(q);
-    assert_int_equal(pd_profile_export_graph_txt(p, tmp_path("lenet.txt")), PD_OK);
-    assert_int_equal(pd_profile_import_graph_txt(tmp_path("lenet.txt"), "lenet", 8, &q), PD_OK);
+    assert_int_equal(pd_profile_export_graph_txt(p, test_tmp_path("lenet.txt")), PD_OK);
+    assert_int_equal(pd_profile_import_graph_txt(test_tmp_path("lenet.txt"), "lenet", 8, &q), PD_OK);
     assert_same_nodes(p, q, false);
     assert_string_equal(pd_profile_node_at(q, 0)->description, "Input(input [8,1,28,28])");
     pd_profile_destroy(q);
@@ -653,17 +605,9 @@ int main(void)
         cmocka_unit_test(test_graph_txt_rejects_bad_lines),
         cmocka_unit_test(test_run_node_equals_whole_pass),
         cmocka_unit_test(test_measure_lenet),
-        /* These two need ../shared/pipedream-profiles: keep them last. */
         cmocka_unit_test(test_graph_txt_known_files),
         cmocka_unit_test(test_graph_txt_all_files_round_trip),
     };
-    size_t count = sizeof(tests) / sizeof(tests[0]);
 
-    /* cmocka 1.1 reports skip() as "not ok # SKIP", which TAP drivers count
-     * as a failure: leave the shared-profile tests out instead, and say so. */
-    if (!shared_profiles()) {
-        printf("# ../shared/pipedream-profiles is absent (release tarball?): graph.txt imports not tested\n");
-        count -= 2;
-    }
-    return _cmocka_run_group_tests("profile", tests, count, setup, teardown);
+    return cmocka_run_group_tests_name("profile", tests, test_tmpdir_setup, test_tmpdir_teardown);
 }
