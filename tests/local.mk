@@ -99,6 +99,7 @@ endif
 INTEGRATION_TESTS = \
 	tests/integration/cli_errors.sh \
 	tests/integration/train_fashion_mnist.sh \
+	tests/integration/train_s2vt.sh \
 	tests/integration/safetensors_python.sh \
 	tests/integration/public_api.sh \
 	tests/integration/model_info.sh \

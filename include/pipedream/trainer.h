@@ -62,6 +62,28 @@ double pd_lr_schedule_at(const pd_lr_schedule *s, int64_t step, int64_t total_st
 
 /* ---- the trainer ---------------------------------------------------------- */
 
+/* The data set kinds of S2VT's caption data (sequence.h), which the trainer
+ * reads instead of a pd_loader:
+ *  "s2vt": pd_loader_options.path is a directory holding
+ *      <split>.features and <split>.captions (split "train" or "test"),
+ *      the two files sequence.h describes. channels and height, if set, must
+ *      be the file's F and T (frames); width is T_w, the decoder steps
+ *      (0: the longest training caption + 1, for its EOS); classes is the
+ *      captions file's vocabulary; limit keeps the first N captions.
+ *  "s2vt-synthetic": pd_s2vt_synthetic with 8 templates and noise 0.5, F =
+ *      channels (0: 12), T = height (0: 5), T_w = width (0: 5; captions of
+ *      at most T_w - 1 words), V = classes (0: 16); `samples` videos (0:
+ *      50 * batch) for training and the evaluation's `samples` (0: 10 *
+ *      batch) more for the test split: one generated set, so the test
+ *      videos show the same templates with noise never trained on.
+ * Only the model "s2vt" reads them, and it reads nothing else. Accuracy is
+ * then per token: the arg-max of a decoding step's logits against its
+ * target, over the targets that are not padding (PD_S2VT_IGNORE). */
+
+/* PD_EINVAL naming both unless the model `model` reads the data set kind
+ * `dataset` (S2VT's kinds go with "s2vt" only, image kinds with the rest). */
+pd_status pd_trainer_check_data(const char *model, const char *dataset);
+
 typedef enum pd_metrics_format {
     PD_METRICS_CSV = 0,   /* header, then one row per step */
     PD_METRICS_JSONL = 1, /* one JSON object per step */
@@ -74,7 +96,7 @@ typedef struct pd_trainer_progress {
     int64_t first_step;  /* the step this run started from (> 0 after --resume) */
     double epoch;        /* fractional epochs done */
     float loss;          /* of this step's minibatch */
-    double train_accuracy; /* of this step's minibatch */
+    double train_accuracy; /* of this step's minibatch (S2VT: of its tokens) */
     double lr;           /* used by this step */
     double step_seconds; /* wall time of this step */
     double seconds;      /* wall time of the training steps of this run so far */
@@ -82,7 +104,7 @@ typedef struct pd_trainer_progress {
     double eta_seconds;  /* for the remaining steps at that rate */
     bool evaluated;      /* the eval split was evaluated after this step */
     double eval_accuracy;  /* if evaluated */
-    int64_t eval_correct, eval_samples;
+    int64_t eval_correct, eval_samples; /* S2VT: tokens, not captions */
     double eval_seconds;
     const char *checkpoint; /* the checkpoint written after this step, else NULL */
 } pd_trainer_progress;
@@ -100,7 +122,8 @@ typedef struct pd_trainer_options {
      * the training loader; others must agree with it. width_multiplier 0
      * means 1. */
     pd_model_options model_options;
-    pd_loader_options train_data; /* .train is forced true, .seed to seed */
+    /* .train is forced true, .seed to seed; .kind may be S2VT's (above). */
+    pd_loader_options train_data;
     /* eval_data.kind NULL: no evaluation. Its batch is forced to the
      * model's, .train to false. */
     pd_loader_options eval_data;

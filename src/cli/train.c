@@ -25,11 +25,12 @@
 #define BAR_WIDTH 24
 #define DEFAULT_DATA_DIR "/usr/share/datasets/fashion-mnist"
 
-static const char *const dataset_kinds[] = {"fashion-mnist", "mnist", "cifar10", "imagenet", "synthetic", NULL};
+static const char *const dataset_kinds[] = {"fashion-mnist", "mnist", "cifar10",        "imagenet",
+                                            "synthetic",     "s2vt",  "s2vt-synthetic", NULL};
 
 typedef struct train_args {
     pd_trainer_options t;
-    const char *data, *dataset, *metrics_format;
+    const char *data, *dataset, *metrics_format; /* dataset NULL: the model's default */
     int64_t batch, channels, height, width, limit_train, limit_test, threads, log_every;
     double width_mult;
     bool quiet;
@@ -119,9 +120,20 @@ void pd_cli_train_usage(FILE *out)
             "\n"
             "Data:\n"
             "  --dataset KIND         fashion-mnist (default), mnist, cifar10, imagenet or\n"
-            "                         synthetic (the first two differ in normalisation)\n"
+            "                         synthetic (the first two differ in normalisation);\n"
+            "                         for --model s2vt (and only for it): s2vt (default with\n"
+            "                         --data) or s2vt-synthetic (default without)\n"
             "  --data DIR             data directory (default " DEFAULT_DATA_DIR ");\n"
-            "                         MNIST layout: <dir>/{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]\n"
+            "                         MNIST layout: <dir>/{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz];\n"
+            "                         s2vt: <dir>/{train,test}.{features,captions} (formats in\n"
+            "                         include/pipedream/sequence.h), test = the held-out split\n"
+            "                         s2vt-synthetic: captions of 8 templates, each with its\n"
+            "                         own frame sequence, seen with noise; 50 minibatches of\n"
+            "                         videos for training and 10 more, never trained on, as the\n"
+            "                         test split; --channels (features per frame, 12), --height\n"
+            "                         (frames, 5), --width (decoder steps, 5) set its shape.\n"
+            "                         S2VT reports token accuracy (a caption's words and its\n"
+            "                         end; the padding after it counts nowhere)\n"
             "  --channels N, --height N, --width N\n"
             "                         input geometry: (Fashion-)MNIST and CIFAR-10 are\n"
             "                         zero-padded to a larger size (e.g. 32 for vgg16),\n"
@@ -251,14 +263,13 @@ static int check_combinations(train_args *a, bool lr_step_set, bool lr_power_set
         pd_cli_error("train: --model: unknown model '%s' (known: %s)", a->t.model, known);
         return -1;
     }
-    if (strcmp(a->t.model, "s2vt") == 0) {
-        /* Its inputs are frame features and caption words, not images. */
-        pd_cli_error("train: --model s2vt: the trainer reads image classification data only; S2VT's "
-                     "sequence data is not wired into train yet (profile and model-info take s2vt)");
+    if (pd_trainer_check_data(a->t.model, a->dataset) != PD_OK) {
+        pd_cli_error("train: %s", pd_last_error());
         return -1;
     }
     struct stat st;
-    if (strcmp(a->dataset, "synthetic") != 0 && (stat(a->data, &st) != 0 || !S_ISDIR(st.st_mode))) {
+    if (strcmp(a->dataset, "synthetic") != 0 && strcmp(a->dataset, "s2vt-synthetic") != 0 &&
+        (stat(a->data, &st) != 0 || !S_ISDIR(st.st_mode))) {
         pd_cli_error("train: --data: '%s' is not a directory", a->data);
         return -1;
     }
@@ -323,7 +334,7 @@ static int parse_args(int argc, char **argv, train_args *a)
     };
     const int64_t big = INT64_C(1) << 40;
     const char *optimizer = "sgd", *schedule = "constant";
-    bool lr_step_set = false, lr_power_set = false;
+    bool lr_step_set = false, lr_power_set = false, data_set = false;
     int64_t seed = 1;
     char batch_option[16];
     int c, bad = 0, which = 0;
@@ -331,7 +342,6 @@ static int parse_args(int argc, char **argv, train_args *a)
     *a = (train_args){
         .t = {.model = "lenet", .device = "cpu", .lr = 0.05, .momentum = 0.9},
         .data = DEFAULT_DATA_DIR,
-        .dataset = "fashion-mnist",
         .batch = 64,
         .width_mult = 1.0,
     };
@@ -339,7 +349,10 @@ static int parse_args(int argc, char **argv, train_args *a)
     while (!bad && (c = getopt_long(argc, argv, ":hq", options, &which)) != -1) {
         switch (c) {
         case OPT_MODEL: a->t.model = optarg; break;
-        case OPT_DATA: a->data = optarg; break;
+        case OPT_DATA:
+            a->data = optarg;
+            data_set = true;
+            break;
         case OPT_DATASET: a->dataset = optarg; break;
         case OPT_DEVICE: a->t.device = optarg; break;
         case OPT_OPTIMIZER: optimizer = optarg; break;
@@ -412,6 +425,8 @@ static int parse_args(int argc, char **argv, train_args *a)
         pd_cli_error("train: unexpected argument '%s' (see 'pipedream train --help')", argv[optind]);
         return PD_CLI_USAGE;
     }
+    if (!a->dataset) /* S2VT reads captions, the others images */
+        a->dataset = strcmp(a->t.model, "s2vt") != 0 ? "fashion-mnist" : data_set ? "s2vt" : "s2vt-synthetic";
     if (parse_enum_options(a, optimizer, schedule) || check_combinations(a, lr_step_set, lr_power_set))
         return PD_CLI_USAGE;
 
@@ -592,6 +607,11 @@ int pd_cli_train(int argc, char **argv)
     if ((code = parse_args(argc, argv, &a)) >= 0)
         return code;
     if (a.pipeline.plan || a.pipeline.profile || a.pipeline.np || a.pipeline.levels) {
+        if (strcmp(a.t.model, "s2vt") == 0) {
+            pd_cli_error("train: --model s2vt trains in one process only: pipeline training reads image "
+                         "data (drop --plan, --profile, --np and --levels)");
+            return PD_CLI_USAGE;
+        }
         a.pipeline.quiet = a.quiet;
         return pd_cli_train_pipeline(argc, argv, &a.t, &a.pipeline);
     }

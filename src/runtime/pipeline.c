@@ -33,6 +33,10 @@ static pd_status check_options(const pd_pipeline_options *o)
 
     if (o->plan_path && strcmp(o->plan_path, "auto") != 0 && !o->profile_path)
         return PD_ERROR(PD_EINVAL, "pipeline: a plan file needs the profile it was made from");
+    /* Stages exchange image minibatches and class labels; caption
+     * sequences do not travel through the pipeline yet. */
+    if (t->model && strcmp(t->model, "s2vt") == 0)
+        return PD_ERROR(PD_ENOTSUP, "pipeline: s2vt trains in one process only for now (no --plan, --np)");
     if ((t->steps > 0) == (t->epochs > 0) || t->steps < 0 || t->epochs < 0)
         return PD_ERROR(PD_EINVAL, "pipeline: give a number of training minibatches (steps) or of epochs, not both");
     if (t->steps > (1 << 30) || t->epochs > (1 << 20))

@@ -16,16 +16,38 @@
 
 #include <pipedream/checkpoint.h>
 #include <pipedream/log.h>
+#include <pipedream/sequence.h>
 #include <pipedream/trainer.h>
 
 #include "runtime/pd_runtime_int.h"
 
 #define PATH_BYTES 4096
 
+/* S2VT's synthetic task ("s2vt-synthetic", trainer.h): defaults and the
+ * fixed parts. */
+#define SYN_FEATURES 12
+#define SYN_FRAMES 5
+#define SYN_WORDS 5
+#define SYN_VOCAB 16
+#define SYN_TEMPLATES 8
+#define SYN_NOISE 0.5f
+#define SYN_TRAIN_BATCHES 50 /* videos = this * batch unless `samples` is set */
+#define SYN_EVAL_BATCHES 10
+
+/* One split of S2VT caption data and its minibatch iterator. */
+typedef struct seq_split {
+    pd_s2vt_dataset *owned; /* loaded or generated; NULL when the arrays are the other split's */
+    pd_s2vt_dataset view;   /* the captions iterated: all or part of a data set */
+    int64_t *offset;        /* the view's offsets when it does not start at caption 0 */
+    pd_s2vt_batches *it;
+} seq_split;
+
 struct pd_trainer {
     pd_trainer_options opts;
     pd_device *dev;
-    pd_loader *train, *eval;
+    pd_loader *train, *eval; /* image data */
+    bool seq;                /* S2VT caption data instead: */
+    seq_split seq_train, seq_eval;
     pd_loader_info train_info, eval_info;
     pd_model_options model;
     pd_graph *g;
@@ -36,9 +58,10 @@ struct pd_trainer {
     bool ran;
 
     /* Host staging buffers for one minibatch, allocated once. */
-    float *images;   /* [B,C,H,W] */
-    int32_t *labels; /* [B] */
-    float *logits;   /* [B,classes] */
+    float *images;   /* [B,C,H,W]; S2VT: frame features [B,T_f,F] */
+    int32_t *labels; /* [B]; S2VT: targets [B*T_w] */
+    float *logits;   /* [B,classes]; S2VT: [B*T_w,V] */
+    int32_t *words;  /* S2VT: decoder inputs [B,T_w]; else NULL */
 
     FILE *metrics;
     pd_trainer_result result;
@@ -54,12 +77,33 @@ static double now_seconds(void)
 
 /* ---- creation ------------------------------------------------------------- */
 
+static bool is_sequence_kind(const char *kind)
+{
+    return kind && (strcmp(kind, "s2vt") == 0 || strcmp(kind, "s2vt-synthetic") == 0);
+}
+
+pd_status pd_trainer_check_data(const char *model, const char *dataset)
+{
+    const bool s2vt = model && strcmp(model, "s2vt") == 0;
+
+    if (s2vt && !is_sequence_kind(dataset))
+        return PD_ERROR(PD_EINVAL, "trainer: model s2vt reads video captioning data (data set s2vt or "
+                                   "s2vt-synthetic), not the image data set '%s'", dataset ? dataset : "(null)");
+    if (!s2vt && is_sequence_kind(dataset))
+        return PD_ERROR(PD_EINVAL, "trainer: data set '%s' is video captioning data for model s2vt; model '%s' "
+                                   "reads image data", dataset, model ? model : "(null)");
+    return PD_OK;
+}
+
 static pd_status check_options(const pd_trainer_options *o)
 {
     if (!o->model || !pd_model_description(o->model))
         return PD_ERROR(PD_EINVAL, "trainer: unknown model '%s'", o->model ? o->model : "(null)");
     if (!o->train_data.kind)
         return PD_ERROR(PD_EINVAL, "trainer: no training data set (train_data.kind is NULL)");
+    PD_CHECK(pd_trainer_check_data(o->model, o->train_data.kind));
+    if (o->eval_data.kind)
+        PD_CHECK(pd_trainer_check_data(o->model, o->eval_data.kind));
     if ((o->epochs > 0) == (o->steps > 0) || o->epochs < 0 || o->steps < 0)
         return PD_ERROR(PD_EINVAL, "trainer: give a positive number of epochs or of steps, not both (got %lld and %lld)",
                         (long long)o->epochs, (long long)o->steps);
@@ -111,9 +155,154 @@ static pd_status resolve_model_options(pd_trainer *t)
     return pd_model_check_options(&m);
 }
 
+/* ---- S2VT caption data ---- */
+
+/* Makes sp's view captions [first, first + count) of `ds`. */
+static pd_status seq_view(seq_split *sp, const pd_s2vt_dataset *ds, int64_t first, int64_t count)
+{
+    sp->view = *ds;
+    sp->view.captions = count;
+    if (first == 0)
+        return PD_OK;
+    if (!(sp->offset = malloc((size_t)(count + 1) * sizeof(*sp->offset))))
+        return PD_ERROR(PD_ENOMEM, "trainer: out of host memory for the offsets of %lld captions", (long long)count);
+    for (int64_t c = 0; c <= count; c++)
+        sp->offset[c] = ds->offset[first + c] - ds->offset[first];
+    sp->view.video = ds->video + first;
+    sp->view.words = ds->words + ds->offset[first];
+    sp->view.offset = sp->offset;
+    return PD_OK;
+}
+
+static int64_t limited(int64_t count, int64_t limit)
+{
+    return limit > 0 && limit < count ? limit : count;
+}
+
+/* "s2vt": <path>/<split>.features and <path>/<split>.captions. */
+static pd_status seq_load(const pd_loader_options *o, seq_split *sp)
+{
+    char features[PATH_BYTES], captions[PATH_BYTES];
+    const char *split = o->split ? o->split : "train";
+
+    if (!o->path)
+        return PD_ERROR(PD_EINVAL, "trainer: data set s2vt needs a directory (path)");
+    if (strcmp(split, "train") != 0 && strcmp(split, "test") != 0)
+        return PD_ERROR(PD_EINVAL, "trainer: data set s2vt: split '%s' is neither train nor test", split);
+    if ((size_t)snprintf(features, sizeof(features), "%s/%s.features", o->path, split) >= sizeof(features) ||
+        (size_t)snprintf(captions, sizeof(captions), "%s/%s.captions", o->path, split) >= sizeof(captions))
+        return PD_ERROR(PD_EINVAL, "trainer: data directory '%s' is too long a path", o->path);
+    PD_CHECK(pd_s2vt_load(features, captions, &sp->owned));
+    return seq_view(sp, sp->owned, 0, limited(sp->owned->captions, o->limit));
+}
+
+/* "s2vt-synthetic": one generated set, its first videos for training and
+ * the rest (if `eval`) for evaluation. */
+static pd_status seq_generate(pd_trainer *t, const pd_loader_options *train, const pd_loader_options *eval,
+                              int words)
+{
+    const int64_t n_train = train->samples ? train->samples : SYN_TRAIN_BATCHES * (int64_t)train->batch;
+    const int64_t n_eval = !eval ? 0 : eval->samples ? eval->samples : SYN_EVAL_BATCHES * (int64_t)train->batch;
+    const pd_s2vt_synthetic_options so = {
+        .videos = n_train + n_eval,
+        .frames = train->height ? train->height : SYN_FRAMES,
+        .features = train->channels ? train->channels : SYN_FEATURES,
+        .vocab = train->classes ? train->classes : SYN_VOCAB,
+        .max_words = words - 1,
+        .templates = SYN_TEMPLATES,
+        .noise = SYN_NOISE,
+        .seed = t->opts.seed,
+    };
+
+    if (words < 2)
+        return PD_ERROR(PD_EINVAL, "trainer: s2vt-synthetic needs at least 2 decoder steps (width), got %d", words);
+    if (n_train < 0 || n_eval < 0)
+        return PD_ERROR(PD_EINVAL, "trainer: s2vt-synthetic: negative sample count");
+    PD_CHECK(pd_s2vt_synthetic(&so, &t->seq_train.owned));
+    PD_CHECK(seq_view(&t->seq_train, t->seq_train.owned, 0, limited(n_train, train->limit)));
+    if (!eval)
+        return PD_OK;
+    return seq_view(&t->seq_eval, t->seq_train.owned, n_train, limited(n_eval, eval->limit));
+}
+
+/* Starts sp's iterator with T_w = `words` and describes it as a loader
+ * would: channels F, height T_f, width T_w, classes V. */
+static pd_status seq_start(seq_split *sp, const pd_loader_options *o, int words, pd_loader_info *info)
+{
+    const pd_s2vt_dataset *ds = &sp->view;
+    const pd_s2vt_batches_options bo = {
+        .batch = o->batch,
+        .words = words,
+        .shuffle = o->train,
+        .seed = o->seed,
+        .drop_last = o->train,
+        .shard = o->shard,
+        .num_shards = o->num_shards,
+    };
+
+    if ((o->channels && o->channels != ds->features) || (o->height && o->height != ds->frames))
+        return PD_ERROR(PD_EINVAL, "trainer: s2vt %s data has %d frames of %d features, not the %d of %d asked for "
+                                   "(height, channels)",
+                        o->train ? "training" : "evaluation", ds->frames, ds->features, o->height, o->channels);
+    PD_CHECK(pd_s2vt_batches_create(ds, &bo, &sp->it));
+    const int64_t per_epoch = pd_s2vt_batches_per_epoch(sp->it);
+    *info = (pd_loader_info){
+        .channels = ds->features,
+        .height = ds->frames,
+        .width = words,
+        .classes = ds->vocab,
+        .batch = o->batch,
+        .samples = o->train ? per_epoch * o->batch : ds->captions,
+        .batches_per_epoch = per_epoch,
+        .split_samples = ds->captions,
+    };
+    return PD_OK;
+}
+
+/* The longest caption of `ds` in words. */
+static int longest_caption(const pd_s2vt_dataset *ds)
+{
+    int64_t longest = 0;
+
+    for (int64_t c = 0; c < ds->captions; c++)
+        if (ds->offset[c + 1] - ds->offset[c] > longest)
+            longest = ds->offset[c + 1] - ds->offset[c];
+    return longest < (1 << 20) ? (int)longest : 1 << 20;
+}
+
+static pd_status open_sequences(pd_trainer *t, const pd_loader_options *train, const pd_loader_options *eval)
+{
+    int words = train->width;
+
+    if (eval && strcmp(eval->kind, train->kind) != 0)
+        return PD_ERROR(PD_EINVAL, "trainer: s2vt trains on '%s' but would evaluate on '%s'; use one kind",
+                        train->kind, eval->kind);
+    if (strcmp(train->kind, "s2vt-synthetic") == 0) {
+        words = words ? words : SYN_WORDS;
+        PD_CHECK(seq_generate(t, train, eval, words));
+    } else {
+        PD_CHECK(seq_load(train, &t->seq_train));
+        if (eval)
+            PD_CHECK(seq_load(eval, &t->seq_eval));
+        words = words ? words : longest_caption(&t->seq_train.view) + 1;
+    }
+    PD_CHECK(seq_start(&t->seq_train, train, words, &t->train_info));
+    PD_CHECK(resolve_model_options(t));
+    return eval ? seq_start(&t->seq_eval, eval, words, &t->eval_info) : PD_OK;
+}
+
+static void seq_split_free(seq_split *sp)
+{
+    pd_s2vt_batches_destroy(sp->it);
+    free(sp->offset);
+    pd_s2vt_destroy(sp->owned);
+}
+
+/* ---- the data, either kind ---- */
+
 static pd_status open_loaders(pd_trainer *t)
 {
-    pd_loader_options train = t->opts.train_data;
+    pd_loader_options train = t->opts.train_data, eval = t->opts.eval_data;
 
     train.train = true;
     train.seed = t->opts.seed;
@@ -121,24 +310,29 @@ static pd_status open_loaders(pd_trainer *t)
         train.batch = t->opts.model_options.batch;
     if (train.batch <= 0)
         return PD_ERROR(PD_EINVAL, "trainer: no batch size (set train_data.batch)");
-    PD_CHECK(pd_loader_open(&train, &t->train));
-    pd_loader_get_info(t->train, &t->train_info);
-    PD_CHECK(resolve_model_options(t));
-
-    if (!t->opts.eval_data.kind)
-        return PD_OK;
-    pd_loader_options eval = t->opts.eval_data;
     eval.train = false;
     eval.seed = t->opts.seed;
-    eval.batch = t->model.batch;
-    /* The same geometry as training unless the caller chose one. */
-    if (!eval.channels && !eval.height && !eval.width) {
-        eval.channels = t->train_info.channels;
-        eval.height = t->train_info.height;
-        eval.width = t->train_info.width;
+    if (t->seq) {
+        eval.batch = train.batch; /* the model's: resolve_model_options checks that they agree */
+        PD_CHECK(open_sequences(t, &train, eval.kind ? &eval : NULL));
+    } else {
+        PD_CHECK(pd_loader_open(&train, &t->train));
+        pd_loader_get_info(t->train, &t->train_info);
+        PD_CHECK(resolve_model_options(t));
+        if (!eval.kind)
+            return PD_OK;
+        eval.batch = t->model.batch;
+        /* The same geometry as training unless the caller chose one. */
+        if (!eval.channels && !eval.height && !eval.width) {
+            eval.channels = t->train_info.channels;
+            eval.height = t->train_info.height;
+            eval.width = t->train_info.width;
+        }
+        PD_CHECK(pd_loader_open(&eval, &t->eval));
+        pd_loader_get_info(t->eval, &t->eval_info);
     }
-    PD_CHECK(pd_loader_open(&eval, &t->eval));
-    pd_loader_get_info(t->eval, &t->eval_info);
+    if (!eval.kind)
+        return PD_OK;
     const pd_loader_info *e = &t->eval_info;
     if (e->channels != t->model.channels || e->height != t->model.height || e->width != t->model.width ||
         e->classes != t->model.classes)
@@ -147,6 +341,38 @@ static pd_status open_loaders(pd_trainer *t)
                         e->channels, e->height, e->width, e->classes, t->model.channels, t->model.height,
                         t->model.width, t->model.classes);
     return PD_OK;
+}
+
+/* The training data's position: epoch and minibatch of the next step. */
+static int64_t data_epoch(const pd_trainer *t)
+{
+    return t->seq ? pd_s2vt_batches_epoch(t->seq_train.it) : pd_loader_epoch(t->train);
+}
+
+static int64_t data_position(const pd_trainer *t)
+{
+    return t->seq ? pd_s2vt_batches_position(t->seq_train.it) : pd_loader_position(t->train);
+}
+
+static pd_status data_seek(pd_trainer *t, bool eval, int64_t epoch, int64_t batch)
+{
+    if (t->seq)
+        return pd_s2vt_batches_seek((eval ? &t->seq_eval : &t->seq_train)->it, epoch, batch);
+    return pd_loader_seek(eval ? t->eval : t->train, epoch, batch);
+}
+
+static bool has_eval(const pd_trainer *t)
+{
+    return t->seq ? t->seq_eval.it != NULL : t->eval != NULL;
+}
+
+/* The next minibatch of a split into the staging buffers. */
+static pd_status data_next(pd_trainer *t, bool eval, int *valid)
+{
+    if (t->seq)
+        return pd_s2vt_batches_next((eval ? &t->seq_eval : &t->seq_train)->it, t->images, t->words, t->labels,
+                                    valid);
+    return pd_loader_next(eval ? t->eval : t->train, t->images, t->labels, valid);
 }
 
 static pd_status make_schedule(pd_trainer *t)
@@ -195,8 +421,8 @@ static void current_state(const pd_trainer *t, pd_checkpoint_state *st)
         .seed = t->opts.seed,
         .step = t->done_steps,
         .total_steps = t->total_steps,
-        .loader_epoch = pd_loader_epoch(t->train),
-        .loader_batch = pd_loader_position(t->train),
+        .loader_epoch = data_epoch(t),
+        .loader_batch = data_position(t),
         .lr_schedule = t->schedule,
         .optimizer = pd_optimizer_get_kind(t->opt),
         .optimizer_steps = pd_optimizer_steps(t->opt),
@@ -230,7 +456,7 @@ static pd_status resume(pd_trainer *t)
                         (long long)found.optimizer_steps, (long long)found.step);
     current_state(t, &expected);
     PD_CHECK(pd_checkpoint_load(path, &expected, t->g, t->opt, &found));
-    PD_CHECK(pd_loader_seek(t->train, found.loader_epoch, found.loader_batch));
+    PD_CHECK(data_seek(t, false, found.loader_epoch, found.loader_batch));
     t->start_step = t->done_steps = found.step;
     PD_LOG_DEBUGF("resumed from %s at step %lld (epoch %lld, minibatch %lld)", path, (long long)found.step,
                   (long long)found.loader_epoch, (long long)found.loader_batch);
@@ -278,6 +504,7 @@ pd_status pd_trainer_create(const pd_trainer_options *opts, pd_trainer **out)
     if (!(t = calloc(1, sizeof(*t))))
         return PD_ERROR(PD_ENOMEM, "trainer: out of host memory");
     t->opts = *opts;
+    t->seq = is_sequence_kind(opts->train_data.kind);
     t->result.final_loss = NAN;
     t->result.eval_accuracy = NAN;
 
@@ -298,12 +525,13 @@ pd_status pd_trainer_create(const pd_trainer_options *opts, pd_trainer **out)
     PD_CHECK_GOTO(pd_graph_allocate(t->g), s, fail);
     PD_CHECK_GOTO(pd_trainer_optimizer_create(opts, t->g, NULL, 0, &t->opt), s, fail);
 
-    const size_t batch = (size_t)t->model.batch;
-    const size_t image = (size_t)t->model.channels * (size_t)t->model.height * (size_t)t->model.width;
+    const size_t batch = (size_t)t->model.batch, steps = t->seq ? (size_t)t->model.width : 1;
+    const size_t image = (size_t)t->model.channels * (size_t)t->model.height * (t->seq ? 1 : (size_t)t->model.width);
     t->images = malloc(batch * image * sizeof(*t->images));
-    t->labels = malloc(batch * sizeof(*t->labels));
-    t->logits = malloc(batch * (size_t)t->model.classes * sizeof(*t->logits));
-    if (!t->images || !t->labels || !t->logits) {
+    t->labels = malloc(batch * steps * sizeof(*t->labels));
+    t->logits = malloc(batch * steps * (size_t)t->model.classes * sizeof(*t->logits));
+    t->words = t->seq ? malloc(batch * steps * sizeof(*t->words)) : NULL;
+    if (!t->images || !t->labels || !t->logits || (t->seq && !t->words)) {
         s = PD_ERROR(PD_ENOMEM, "trainer: out of host memory for the minibatch buffers");
         goto fail;
     }
@@ -339,6 +567,7 @@ void pd_trainer_destroy(pd_trainer *t)
 {
     if (!t)
         return;
+    free(t->words);
     free(t->logits);
     free(t->labels);
     free(t->images);
@@ -346,6 +575,8 @@ void pd_trainer_destroy(pd_trainer *t)
     pd_graph_destroy(t->g);
     pd_loader_destroy(t->eval);
     pd_loader_destroy(t->train);
+    seq_split_free(&t->seq_eval);
+    seq_split_free(&t->seq_train);
     pd_device_close(t->dev);
     if (t->metrics)
         fclose(t->metrics);
@@ -360,6 +591,10 @@ static pd_status feed(pd_trainer *t)
     pd_tensor *images = pd_graph_output(t->g, t->io.images), *labels = pd_graph_output(t->g, t->io.labels);
 
     PD_CHECK(pd_tensor_copy_from_host(images, t->images, pd_tensor_nbytes(images)));
+    if (t->seq) {
+        pd_tensor *words = pd_graph_output(t->g, t->io.words);
+        PD_CHECK(pd_tensor_copy_from_host(words, t->words, pd_tensor_nbytes(words)));
+    }
     return pd_tensor_copy_from_host(labels, t->labels, pd_tensor_nbytes(labels));
 }
 
@@ -381,9 +616,21 @@ pd_status pd_trainer_count_correct(const pd_tensor *logits, const int32_t *label
     return PD_OK;
 }
 
-static pd_status count_correct(pd_trainer *t, int valid, int64_t *correct)
+/* Right predictions among the first `valid` samples, out of *counted: the
+ * samples, or for S2VT their tokens (targets other than PD_S2VT_IGNORE,
+ * which no arg-max equals, so the rows of padding count nowhere). */
+static pd_status count_correct(pd_trainer *t, int valid, int64_t *correct, int64_t *counted)
 {
-    return pd_trainer_count_correct(pd_graph_output(t->g, t->io.logits), t->labels, valid, t->model.classes,
+    int rows = valid;
+
+    *counted = valid;
+    if (t->seq) {
+        rows = valid * t->model.width;
+        *counted = 0;
+        for (int r = 0; r < rows; r++)
+            *counted += t->labels[r] != PD_S2VT_IGNORE;
+    }
+    return pd_trainer_count_correct(pd_graph_output(t->g, t->io.logits), t->labels, rows, t->model.classes,
                                     t->logits, correct);
 }
 
@@ -412,16 +659,16 @@ static pd_status evaluate(pd_trainer *t, pd_trainer_progress *p)
     double start = now_seconds();
     int64_t hits = 0, seen = 0;
 
-    PD_CHECK(pd_loader_seek(t->eval, 0, 0));
+    PD_CHECK(data_seek(t, true, 0, 0));
     for (int64_t b = 0; b < t->eval_info.batches_per_epoch; b++) {
         int valid;
-        int64_t batch_hits;
-        PD_CHECK(pd_loader_next(t->eval, t->images, t->labels, &valid));
+        int64_t batch_hits, batch_counted;
+        PD_CHECK(data_next(t, true, &valid));
         PD_CHECK(feed(t));
         PD_CHECK(pd_graph_forward(t->g, b, false));
-        PD_CHECK(count_correct(t, valid, &batch_hits));
+        PD_CHECK(count_correct(t, valid, &batch_hits, &batch_counted));
         hits += batch_hits;
-        seen += valid;
+        seen += batch_counted;
     }
     p->evaluated = true;
     p->eval_correct = hits;
@@ -432,14 +679,14 @@ static pd_status evaluate(pd_trainer *t, pd_trainer_progress *p)
 }
 
 /* One training step on the next minibatch: global step `step` (0-based). */
-static pd_status train_step(pd_trainer *t, int64_t step, float *loss, int64_t *correct)
+static pd_status train_step(pd_trainer *t, int64_t step, float *loss, int64_t *correct, int64_t *counted)
 {
     int valid;
 
-    PD_CHECK(pd_loader_next(t->train, t->images, t->labels, &valid));
+    PD_CHECK(data_next(t, false, &valid));
     PD_CHECK(feed(t));
     PD_CHECK(pd_graph_forward(t->g, step, true));
-    PD_CHECK(count_correct(t, valid, correct));
+    PD_CHECK(count_correct(t, valid, correct, counted));
     PD_CHECK(pd_tensor_copy_to_host(pd_graph_output(t->g, t->io.loss), loss, sizeof(*loss)));
     if (!isfinite(*loss))
         return PD_ERROR(PD_ESTATE, "training diverged at step %lld: the loss is %g (try a lower learning rate, --lr)",
@@ -507,14 +754,14 @@ pd_status pd_trainer_run(pd_trainer *t)
     r->epochs = (double)t->done_steps / per_epoch;
     for (int64_t step = t->start_step; step < t->total_steps; step++) {
         pd_trainer_progress p = {.total_steps = t->total_steps, .first_step = t->start_step};
-        int64_t correct;
+        int64_t correct, counted;
         float loss;
 
         p.lr = pd_lr_schedule_at(&t->schedule, step, t->total_steps);
         pd_optimizer_set_lr(t->opt, (float)p.lr);
         p.lr = (double)(float)p.lr; /* what the update used */
         double t0 = now_seconds();
-        PD_CHECK(train_step(t, step, &loss, &correct));
+        PD_CHECK(train_step(t, step, &loss, &correct, &counted));
         p.step_seconds = now_seconds() - t0;
         train_seconds += p.step_seconds;
 
@@ -525,11 +772,11 @@ pd_status pd_trainer_run(pd_trainer *t)
         r->final_loss = p.loss = loss;
         r->train_seconds = p.seconds = train_seconds;
         r->samples_per_s = p.samples_per_s = (double)(r->run_steps * t->model.batch) / train_seconds;
-        p.train_accuracy = (double)correct / (double)t->model.batch;
+        p.train_accuracy = counted ? (double)correct / (double)counted : NAN;
         p.eta_seconds = train_seconds / (double)r->run_steps * (double)(t->total_steps - p.step);
 
         const bool last = p.step == t->total_steps;
-        if (t->eval && (last || (o->eval_every && p.step % o->eval_every == 0))) {
+        if (has_eval(t) && (last || (o->eval_every && p.step % o->eval_every == 0))) {
             PD_CHECK(evaluate(t, &p));
             r->eval_accuracy = p.eval_accuracy;
             r->eval_correct = p.eval_correct;
@@ -549,7 +796,7 @@ pd_status pd_trainer_run(pd_trainer *t)
             o->progress(&p, o->progress_user);
     }
     /* A run resumed at its last step still reports the final accuracy. */
-    if (t->eval && t->start_step == t->total_steps) {
+    if (has_eval(t) && t->start_step == t->total_steps) {
         pd_trainer_progress p = {0};
         PD_CHECK(evaluate(t, &p));
         r->eval_accuracy = p.eval_accuracy;
