@@ -121,7 +121,7 @@ INTEGRATION_TESTS = \
 TESTS += $(INTEGRATION_TESTS)
 EXTRA_DIST += $(INTEGRATION_TESTS)
 # Sourced by the tests that run mpirun.
-EXTRA_DIST += tests/integration/mpi_env.sh
+EXTRA_DIST += tests/integration/mpi_env.sh tests/integration/pipeline_env.sh
 # The paper's experiment scripts slurm_sbatch.sh submits.
 EXTRA_DIST += experiments/lib/job.sh experiments/vgg16.sbatch experiments/alexnet.sbatch experiments/resnet50.sbatch \
 	experiments/inception_v3.sbatch experiments/s2vt.sbatch

@@ -18,19 +18,11 @@ set -eu
 pd="$top_builddir/src/cli/pipedream"
 data=/usr/share/datasets/fashion-mnist
 
-. "$top_srcdir/tests/integration/mpi_env.sh"
+. "$top_srcdir/tests/integration/pipeline_env.sh"
 if [ ! -e "$data/train-images-idx3-ubyte.gz" ] && [ ! -e "$data/train-images-idx3-ubyte" ]; then
     echo "SKIP: no Fashion-MNIST in $data (tools/install-deps installs it)"
     exit 77
 fi
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-OMP_NUM_THREADS=1
-export OMP_NUM_THREADS
-fail() {
-    echo "FAIL: $*"
-    exit 1
-}
 # The column named $2 of the CSV file $1 (rows with a value only).
 column() {
     awk -F, -v name="$2" 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == name) c = i; next } $c != "" { print $c }' "$1"

@@ -19,15 +19,7 @@ set -eu
 pd="$top_builddir/src/cli/pipedream"
 ref="$top_builddir/tests/integration/pipeline_ref"
 
-. "$top_srcdir/tests/integration/mpi_env.sh"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-OMP_NUM_THREADS=1
-export OMP_NUM_THREADS
-fail() {
-    echo "FAIL: $*"
-    exit 1
-}
+. "$top_srcdir/tests/integration/pipeline_env.sh"
 # The loss column of a metrics file.
 losses() {
     tail -n +2 "$1" | cut -d, -f4
@@ -42,18 +34,9 @@ same() { # name expected actual
 
 steps=20 seed=3 lr=0.05
 common="--model mlp --dataset synthetic --channels 1 --height 8 --width 8 --batch-size 8 --seed $seed --lr $lr --quiet"
-"$pd" profile --model mlp --batch-size 8 --channels 1 --height 8 --width 8 --classes 1000 --warmup 1 \
-    --iterations 1 -o "$work/mlp.profile.json" >/dev/null || fail "pipedream profile"
+mlp_profile_and_plans
 cat >"$work/one.plan.json" <<'JSON'
 {"cluster": {"levels": "1x1GB/s"}, "stages": [{"first_layer": "flatten", "last_layer": "loss", "replicas": 1}]}
-JSON
-cat >"$work/two.plan.json" <<'JSON'
-{"cluster": {"levels": "2x1GB/s"}, "stages": [{"first_layer": "flatten", "last_layer": "relu1", "replicas": 1},
- {"first_layer": "fc2", "last_layer": "loss", "replicas": 1}]}
-JSON
-cat >"$work/three.plan.json" <<'JSON'
-{"cluster": {"levels": "3x1GB/s"}, "stages": [{"first_layer": "flatten", "last_layer": "relu1", "replicas": 1},
- {"first_layer": "fc2", "last_layer": "relu2", "replicas": 1}, {"first_layer": "fc3", "last_layer": "loss", "replicas": 1}]}
 JSON
 cat >"$work/dp.plan.json" <<'JSON'
 {"cluster": {"levels": "2x1GB/s"}, "stages": [{"first_layer": "flatten", "last_layer": "loss", "replicas": 2}]}

@@ -17,15 +17,7 @@ set -eu
 : "${top_builddir:?run under make check}" "${top_srcdir:?run under make check}"
 pd="$top_builddir/src/cli/pipedream"
 
-. "$top_srcdir/tests/integration/mpi_env.sh"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-OMP_NUM_THREADS=1
-export OMP_NUM_THREADS
-fail() {
-    echo "FAIL: $*"
-    exit 1
-}
+. "$top_srcdir/tests/integration/pipeline_env.sh"
 # "iteration,loss" of every metrics row from iteration $2 on.
 rows() {
     awk -F, -v from="$2" 'NR > 1 && $1 >= from { print $1 "," $4 }' "$1"
@@ -33,16 +25,7 @@ rows() {
 
 common="--model mlp --dataset synthetic --channels 1 --height 8 --width 8 --batch-size 8 --seed 5 --lr 0.01
         --optimizer adam --limit-test 16 --quiet"
-"$pd" profile --model mlp --batch-size 8 --channels 1 --height 8 --width 8 --classes 1000 --warmup 1 \
-    --iterations 1 -o "$work/mlp.profile.json" >/dev/null 2>&1 || fail "pipedream profile"
-cat >"$work/two.plan.json" <<'JSON'
-{"cluster": {"levels": "2x1GB/s"}, "stages": [{"first_layer": "flatten", "last_layer": "relu1", "replicas": 1},
- {"first_layer": "fc2", "last_layer": "loss", "replicas": 1}]}
-JSON
-cat >"$work/three.plan.json" <<'JSON'
-{"cluster": {"levels": "3x1GB/s"}, "stages": [{"first_layer": "flatten", "last_layer": "relu1", "replicas": 1},
- {"first_layer": "fc2", "last_layer": "relu2", "replicas": 1}, {"first_layer": "fc3", "last_layer": "loss", "replicas": 1}]}
-JSON
+mlp_profile_and_plans
 cat >"$work/four.plan.json" <<'JSON'
 {"cluster": {"levels": "4x1GB/s"}, "stages": [{"first_layer": "flatten", "last_layer": "fc1", "replicas": 1},
  {"first_layer": "relu1", "last_layer": "fc2", "replicas": 1}, {"first_layer": "relu2", "last_layer": "relu2", "replicas": 1},
