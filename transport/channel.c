@@ -3,6 +3,7 @@
  * backends move bytes; everything they have in common lives here. */
 #include "config.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,19 +73,36 @@ pd_status pd_tp_fail(pd_channel *ch, pd_status status)
     return status;
 }
 
+pd_status pd_tp_refuse(pd_channel *ch, pd_status status)
+{
+    ch->refused = true;
+    return status;
+}
+
+int pd_tp_setup_left_ms(const pd_channel *ch)
+{
+    int64_t left = (ch->setup_deadline_ns - pd_tp_now_ns()) / 1000000;
+
+    return left < 1 ? 1 : left > INT_MAX ? INT_MAX : (int)left;
+}
+
 /* The stored failure, recorded again for the calling thread. */
 static pd_status failed(const pd_channel *ch)
 {
     return pd_error_at(__FILE__, __LINE__, ch->failure, "%s", ch->failure_message);
 }
 
-/* The preference list: config, $PD_TRANSPORT, or every compiled backend. */
-static pd_status parse_preference(const pd_channel_config *config, const pd_tp_backend **out, int *count)
+/* The preference list: config, $PD_TRANSPORT, or every compiled backend
+ * (then *chosen, nullable, is false: nobody named the backends). */
+static pd_status parse_preference(const pd_channel_config *config, const pd_tp_backend **out, int *count,
+                                  bool *chosen)
 {
     const char *list = config->backends ? config->backends : getenv("PD_TRANSPORT");
     char copy[256], *save = NULL;
     int n = 0;
 
+    if (chosen)
+        *chosen = list && *list;
     if (!list || !*list) {
         for (int i = 0; i < COMPILED_COUNT; i++)
             out[i] = compiled[i];
@@ -179,20 +197,49 @@ static void use_backend(pd_channel *ch, const pd_tp_backend *b)
     pd_tp_ops_overlay(&ch->ops, b->ops);
 }
 
+/* Appends "<backend>: <why>" to ch->attempts and puts `why` in why[size]:
+ * the failure's message without what the summary repeats (its "channel
+ * N: " and "<backend>: " prefixes and its source locations). */
+static void note_attempt(pd_channel *ch, const char *backend, const char *message, char *why, size_t size)
+{
+    char prefix[32];
+    size_t len, used = strlen(ch->attempts), blen = strlen(backend);
+
+    snprintf(prefix, sizeof(prefix), "channel %u: ", ch->config.channel_id);
+    if (strncmp(message, prefix, strlen(prefix)) == 0)
+        message += strlen(prefix);
+    if (strncmp(message, backend, blen) == 0 && message[blen] == ':' && message[blen + 1] == ' ')
+        message += blen + 2;
+    len = strlen(message);
+    for (;;) { /* " (file.c:123)", perhaps several */
+        const char *open = len ? memchr(message, '(', len) : NULL, *last = NULL;
+        for (; open; open = memchr(open + 1, '(', len - (size_t)(open + 1 - message)))
+            last = open;
+        if (!last || last == message || last[-1] != ' ' || message[len - 1] != ')' ||
+            !memmem(last, len - (size_t)(last - message), ".c:", 3))
+            break;
+        len = (size_t)(last - 1 - message);
+    }
+    snprintf(why, size, "%.*s", (int)len, message);
+    if (used < sizeof(ch->attempts))
+        snprintf(ch->attempts + used, sizeof(ch->attempts) - used, "%s%s: %s", used ? "; " : "", backend, why);
+}
+
 pd_status pd_channel_listen(const pd_channel_config *config, pd_channel **out)
 {
     const pd_tp_backend *pref[PD_TP_MAX_BACKENDS];
     int npref;
+    bool chosen;
     pd_channel *ch;
     pd_status s;
     size_t used = 0;
 
     PD_CHECK(check_config(config));
-    PD_CHECK(parse_preference(config, pref, &npref));
+    PD_CHECK(parse_preference(config, pref, &npref, &chosen));
     PD_CHECK(channel_new(config, PD_TP_RECEIVER, &ch));
     PD_CHECK_GOTO(pd_tp_ring_create(ch), s, fail);
     for (int i = 0; i < npref; i++) {
-        char part[PD_TP_ADDRESS_BYTES];
+        char part[PD_TP_ADDRESS_BYTES], why[PD_TP_REASON_BYTES];
         pd_tp_ops ops;
         void *listener = NULL;
 
@@ -201,12 +248,18 @@ pd_status pd_channel_listen(const pd_channel_config *config, pd_channel **out)
         ch->config.host = config->host;
         s = ops.listen(ch, &listener, part, sizeof(part));
         ch->config.host = NULL;
-        if (s != PD_OK) {
-            PD_LOG_DEBUGF("channel %u: %s cannot listen: %s", config->channel_id, pref[i]->name, pd_last_error());
-            continue;
-        }
-        if (used + strlen(part) + 2 > sizeof(ch->address)) {
+        if (s == PD_OK && used + strlen(part) + 2 > sizeof(ch->address)) {
             ops.unlisten(listener);
+            s = PD_ERROR(PD_ENOTSUP, "%s: its address does not fit beside the others", pref[i]->name);
+        }
+        if (s != PD_OK) {
+            note_attempt(ch, pref[i]->name, pd_last_error(), why, sizeof(why));
+            /* A backend the user named and cannot have is worth a line. */
+            if (chosen)
+                PD_LOG_INFOF("channel %u: %s skipped, it cannot listen here: %s", config->channel_id,
+                             pref[i]->name, why);
+            else
+                PD_LOG_DEBUGF("channel %u: %s cannot listen here: %s", config->channel_id, pref[i]->name, why);
             continue;
         }
         used += (size_t)snprintf(ch->address + used, sizeof(ch->address) - used, "%s%s", used ? "," : "", part);
@@ -214,10 +267,11 @@ pd_status pd_channel_listen(const pd_channel_config *config, pd_channel **out)
         ch->listener[ch->listener_count++] = listener;
     }
     if (ch->listener_count == 0) {
-        s = PD_ERROR(PD_ECOMM, "channel %u: no transport backend can listen here (last: %s)", config->channel_id,
-                     pd_last_error());
+        s = PD_ERROR(PD_ECOMM, "channel %u: no transport backend can listen here (%s)", config->channel_id,
+                     ch->attempts);
         goto fail;
     }
+    ch->attempts[0] = '\0'; /* from here on: senders' attempts */
     *out = ch;
     return PD_OK;
 fail:
@@ -245,43 +299,98 @@ static const char *address_part(const char *address, const char *name, char *buf
     return NULL;
 }
 
+/* Sender: backend b failed to connect with status s (its message
+ * recorded): noted for the final error, and, when another backend is
+ * tried next, said in one line (quietly when b does not apply to this
+ * peer, e.g. shm to another node). */
+static void connect_failed(pd_channel *ch, const pd_tp_backend *b, pd_status s)
+{
+    char why[PD_TP_REASON_BYTES];
+
+    note_attempt(ch, b->name, pd_last_error(), why, sizeof(why));
+    ch->setup_status = s == PD_EINVAL && ch->setup_status != PD_ECOMM ? PD_EINVAL : PD_ECOMM;
+    if (ch->refused || ch->next_candidate >= ch->candidates)
+        return;
+    if (s == PD_ENOTSUP)
+        PD_LOG_DEBUGF("channel %u: %s does not apply: %s", ch->config.channel_id, b->name, why);
+    else
+        PD_LOG_WARNF("channel %u: %s failed, trying %s: %s", ch->config.channel_id, b->name,
+                     ch->candidate[ch->next_candidate]->name, why);
+}
+
+/* Sender: connects through the next candidate that can; when none is
+ * left, one failure naming every backend's reason: PD_ECOMM (PD_EINVAL
+ * when every part of the address was malformed, PD_ETIMEOUT once the
+ * set-up deadline passed). */
+static pd_status connect_next(pd_channel *ch)
+{
+    while (ch->next_candidate < ch->candidates && pd_tp_now_ns() < ch->setup_deadline_ns) {
+        const pd_tp_backend *b = ch->candidate[ch->next_candidate++];
+        char part[PD_TP_ADDRESS_BYTES];
+        pd_tp_ops ops;
+        pd_status s;
+
+        address_part(ch->peer_address, b->name, part, sizeof(part));
+        pd_tp_ops_overlay(&ops, b->ops);
+        s = ops.connect(ch, part);
+        if (s == PD_OK) {
+            use_backend(ch, b);
+            return PD_OK;
+        }
+        connect_failed(ch, b, s);
+    }
+    if (pd_tp_now_ns() >= ch->setup_deadline_ns)
+        return PD_ERROR(PD_ETIMEOUT, "channel %u: no backend connected within %d ms (%s)", ch->config.channel_id,
+                        ch->config.timeout_ms, *ch->attempts ? ch->attempts : "no time left to try one");
+    return PD_ERROR(ch->setup_status, "channel %u: no backend connects to the peer (%s)", ch->config.channel_id,
+                    ch->attempts);
+}
+
+/* Sender: the backend in use failed before the handshake completed (not
+ * a refusal): it is closed, with anything of it the channel held, and the
+ * next candidate is tried. */
+static pd_status fall_back(pd_channel *ch, pd_status s)
+{
+    connect_failed(ch, ch->backend, s);
+    ch->ops.close(ch);
+    ch->backend = NULL;
+    ch->be = NULL;
+    pd_tp_ops_overlay(&ch->ops, NULL);
+    pd_tp_ring_destroy(ch); /* an shm attempt's mapping of the receiver's ring */
+    ch->peer_closed = false;
+    return connect_next(ch);
+}
+
 pd_status pd_channel_connect(const pd_channel_config *config, const char *address, pd_channel **out)
 {
     const pd_tp_backend *pref[PD_TP_MAX_BACKENDS];
     int npref;
     pd_channel *ch;
-    pd_status s = PD_OK;
-    bool tried = false;
+    pd_status s;
 
     PD_CHECK(check_config(config));
     if (!address || !*address)
         return PD_ERROR(PD_EINVAL, "channel %u: no peer address", config->channel_id);
-    PD_CHECK(parse_preference(config, pref, &npref));
+    if (strlen(address) >= PD_TP_ADDRESS_BYTES)
+        return PD_ERROR(PD_EINVAL, "channel %u: a peer address of %zu bytes (at most %d)", config->channel_id,
+                        strlen(address), PD_TP_ADDRESS_BYTES - 1);
+    PD_CHECK(parse_preference(config, pref, &npref, NULL));
     PD_CHECK(channel_new(config, PD_TP_SENDER, &ch));
-    for (int i = 0; i < npref && !ch->backend; i++) {
+    strcpy(ch->peer_address, address);
+    for (int i = 0; i < npref; i++) {
         char part[PD_TP_ADDRESS_BYTES];
-        pd_tp_ops ops;
 
-        if (!address_part(address, pref[i]->name, part, sizeof(part)))
-            continue;
-        tried = true;
-        pd_tp_ops_overlay(&ops, pref[i]->ops);
-        s = ops.connect(ch, part);
-        if (s == PD_OK)
-            use_backend(ch, pref[i]);
-        else if (s != PD_ENOTFOUND)
-            goto fail;
+        if (address_part(address, pref[i]->name, part, sizeof(part)))
+            ch->candidate[ch->candidates++] = pref[i];
         else
-            PD_LOG_DEBUGF("channel %u: %s cannot reach the peer: %s", config->channel_id, pref[i]->name,
-                          pd_last_error());
+            PD_LOG_DEBUGF("channel %u: the receiver offers no %s", config->channel_id, pref[i]->name);
     }
-    if (!ch->backend) {
-        s = tried ? PD_ERROR(PD_ECOMM, "channel %u: no backend reaches '%s' (last: %s)", config->channel_id, address,
-                             pd_last_error())
-                  : PD_ERROR(PD_ECOMM, "channel %u: address '%s' offers none of the backends allowed here",
-                             config->channel_id, address);
+    if (ch->candidates == 0) {
+        s = PD_ERROR(PD_ECOMM, "channel %u: address '%s' offers none of the backends allowed here",
+                     config->channel_id, address);
         goto fail;
     }
+    PD_CHECK_GOTO(connect_next(ch), s, fail);
     *out = ch;
     return PD_OK;
 fail:
@@ -309,16 +418,39 @@ void pd_channel_close(pd_channel *ch)
     free(ch);
 }
 
+/* Receiver: a sender's attempt through listener i failed, not with a
+ * refusal (it went away mid-handshake, e.g. to try its next backend, or
+ * was no pipedream sender): the attempt is dropped, the listener goes on.
+ * The first failure of a listener is noted and said in one line. */
+static void attempt_failed(pd_channel *ch, int i)
+{
+    const char *name = ch->listener_backend[i]->name;
+    char why[PD_TP_REASON_BYTES];
+
+    ch->peer_closed = false; /* that sender's, not the channel's */
+    if (ch->listener_failures[i]++ > 0) {
+        PD_LOG_DEBUGF("channel %u: a sender's %s attempt failed: %s", ch->config.channel_id, name, pd_last_error());
+        return;
+    }
+    note_attempt(ch, name, pd_last_error(), why, sizeof(why));
+    PD_LOG_INFOF("channel %u: a sender's %s attempt failed, still listening: %s", ch->config.channel_id, name, why);
+}
+
 /* Receiver: once a listener has proven a peer, it becomes the backend and
  * the other listeners close (nothing was exposed through them). */
 static pd_status accept_locked(pd_channel *ch)
 {
     for (int i = 0; i < ch->listener_count && !ch->backend; i++) {
         pd_tp_ops ops;
+        pd_status s;
 
         pd_tp_ops_overlay(&ops, ch->listener_backend[i]->ops);
-        PD_CHECK(ops.accept(ch, ch->listener[i]));
-        if (ch->be)
+        s = ops.accept(ch, ch->listener[i]);
+        if (s != PD_OK && ch->refused)
+            return s;
+        if (s != PD_OK)
+            attempt_failed(ch, i);
+        else if (ch->be)
             use_backend(ch, ch->listener_backend[i]);
     }
     if (ch->backend) {
@@ -345,13 +477,18 @@ static pd_status progress_locked(pd_channel *ch)
     }
     if (ch->backend) {
         s = ch->ops.progress(ch);
+        /* A sender not connected yet tries its next backend. */
+        if (s != PD_OK && ch->role == PD_TP_SENDER && !ch->ready && !ch->refused)
+            s = fall_back(ch, s);
         if (s != PD_OK)
             return pd_tp_fail(ch, s);
     }
     if (!ch->ready && pd_tp_now_ns() > ch->setup_deadline_ns)
-        return pd_tp_fail(ch, PD_ERROR(PD_ETIMEOUT, "channel %u: no authenticated peer within %d ms (%s)",
+        return pd_tp_fail(ch, PD_ERROR(PD_ETIMEOUT, "channel %u: no authenticated peer within %d ms (%s%s%s%s)",
                                        ch->config.channel_id, ch->config.timeout_ms,
-                                       ch->backend ? "handshake unfinished" : "nobody connected"));
+                                       ch->backend ? "handshake unfinished over " : "nobody connected",
+                                       ch->backend ? ch->backend->name : "", *ch->attempts ? "; failed: " : "",
+                                       ch->attempts));
     if (ch->peer_closed && ch->role == PD_TP_SENDER && ch->done < ch->posted)
         return pd_tp_fail(ch, PD_ERROR(PD_ECOMM, "channel %u: the receiver went away with %llu sends outstanding",
                                        ch->config.channel_id, (unsigned long long)(ch->posted - ch->done)));
@@ -384,10 +521,13 @@ static void sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
-/* Sleeps (lock released) until the backend may have work, at most ms. */
+/* Sleeps (lock released) until the backend may have work, at most ms.
+ * Until the handshake completes the backend may still change (a sender's
+ * fall-back, under another thread's progress), so its state is not
+ * touched without the lock: set-up polls. */
 static void wait_unlocked(pd_channel *ch, int ms)
 {
-    if (!ch->backend) {
+    if (!ch->backend || !ch->ready) {
         pthread_mutex_unlock(&ch->lock);
         sleep_ms(ms < 2 ? ms : 2);
         pthread_mutex_lock(&ch->lock);

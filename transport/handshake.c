@@ -43,26 +43,27 @@ void pd_tp_frame_head_fill(pd_tp_frame_head *head, const pd_channel *ch, uint32_
     head->slot_bytes = ch->config.slot_bytes;
 }
 
-pd_status pd_tp_frame_head_check(const pd_channel *ch, const pd_tp_frame_head *head, uint16_t proto,
-                                 const char *who)
+pd_status pd_tp_frame_head_check(pd_channel *ch, const pd_tp_frame_head *head, uint16_t proto, const char *who)
 {
     uint32_t id = ch->config.channel_id;
 
     if (head->proto != proto)
-        return PD_ERROR(PD_ECOMM, "channel %u: %s: peer speaks protocol %u, this build %u", id, who, head->proto,
-                        proto);
+        return pd_tp_refuse(ch, PD_ERROR(PD_ECOMM, "channel %u: %s: peer speaks protocol %u, this build %u", id, who,
+                                         head->proto, proto));
     if (head->channel_id != id)
-        return PD_ERROR(PD_ECOMM, "channel %u: %s: the peer opened channel %u", id, who, head->channel_id);
+        return pd_tp_refuse(ch, PD_ERROR(PD_ECOMM, "channel %u: %s: the peer opened channel %u", id, who,
+                                         head->channel_id));
     return PD_OK;
 }
 
-pd_status pd_tp_frame_head_check_shape(const pd_channel *ch, const pd_tp_frame_head *head)
+pd_status pd_tp_frame_head_check_shape(pd_channel *ch, const pd_tp_frame_head *head)
 {
     if (head->depth != (uint32_t)ch->config.depth || head->slot_bytes != ch->config.slot_bytes)
-        return PD_ERROR(PD_ECOMM,
-                        "channel %u: handshake: the peer's channel has depth %u x %llu bytes, this one %d x %zu",
-                        ch->config.channel_id, head->depth, (unsigned long long)head->slot_bytes, ch->config.depth,
-                        ch->config.slot_bytes);
+        return pd_tp_refuse(
+            ch, PD_ERROR(PD_ECOMM,
+                         "channel %u: handshake: the peer's channel has depth %u x %llu bytes, this one %d x %zu",
+                         ch->config.channel_id, head->depth, (unsigned long long)head->slot_bytes, ch->config.depth,
+                         ch->config.slot_bytes));
     return PD_OK;
 }
 
@@ -251,8 +252,9 @@ static pd_status on_hello(pd_channel *ch, pd_tp_hs *hs, const hs_frame *f)
     PD_CHECK(pd_tp_frame_head_check(ch, &f->head, HS_PROTO, "handshake"));
     PD_CHECK(pd_tp_frame_head_check_shape(ch, &f->head));
     if (f->stride != ch->stride)
-        return PD_ERROR(PD_ECOMM, "channel %u: handshake: the peer's slots are %llu bytes apart, this one's %zu", id,
-                        (unsigned long long)f->stride, ch->stride);
+        return pd_tp_refuse(ch, PD_ERROR(PD_ECOMM,
+                                         "channel %u: handshake: the peer's slots are %llu bytes apart, this one's %zu",
+                                         id, (unsigned long long)f->stride, ch->stride));
     memcpy(hs->peer_nonce, f->nonce, sizeof(hs->peer_nonce));
     hs->got_hello = true;
     PD_CHECK(send_frame(ch, hs, HS_PROOF, hs->fds_out, hs->role == PD_TP_SENDER ? hs->nfds_out : 0));
@@ -273,7 +275,7 @@ static pd_status on_frame(pd_channel *ch, pd_tp_hs *hs, const hs_frame *f)
         if (!hs->got_hello || hs->peer_proven)
             return PD_ERROR(PD_ECOMM, "channel %u: handshake: unexpected PROOF", id);
         if (f->mac != pd_tp_hs_proof(ch, f->head.role, hs->nonce, hs->peer_nonce))
-            return PD_ERROR(PD_ECOMM, "channel %u: the peer failed to prove the job token", id);
+            return pd_tp_refuse(ch, PD_ERROR(PD_ECOMM, "channel %u: the peer failed to prove the job token", id));
         hs->peer_proven = true;
         if (hs->role == PD_TP_RECEIVER) {
             PD_CHECK(send_frame(ch, hs, HS_READY, hs->fds_out, hs->nfds_out));
@@ -287,7 +289,8 @@ static pd_status on_frame(pd_channel *ch, pd_tp_hs *hs, const hs_frame *f)
         hs->done = true;
         return PD_OK;
     case HS_REJECT:
-        return PD_ERROR(PD_ECOMM, "channel %u: the peer rejected this end (wrong job token or channel shape)", id);
+        return pd_tp_refuse(
+            ch, PD_ERROR(PD_ECOMM, "channel %u: the peer rejected this end (wrong job token or channel shape)", id));
     default:
         return PD_ERROR(PD_ECOMM, "channel %u: handshake: unknown frame type %u", id, f->head.type);
     }

@@ -411,17 +411,24 @@ static void finish_sends(MPI_Request *reqs, int n, int64_t deadline_ns)
     }
 }
 
+/* Frees a listener's state: its control receive cancelled, its frames
+ * (a REJECT) given a second to leave. */
+static void pending_free(mpi_state *st)
+{
+    if (!st)
+        return;
+    cancel_recv(&st->in_req);
+    finish_sends(st->out_req, OUT_FRAMES, pd_tp_now_ns() + 1000000000);
+    state_free(st);
+}
+
 static void mpi_unlisten(void *listener)
 {
     mpi_listener *l = listener;
 
     if (!l)
         return;
-    if (l->pending) {
-        cancel_recv(&l->pending->in_req);
-        finish_sends(l->pending->out_req, OUT_FRAMES, pd_tp_now_ns() + 1000000000);
-        state_free(l->pending);
-    }
+    pending_free(l->pending);
     free(l);
 }
 
@@ -439,7 +446,7 @@ static pd_status receiver_handshake(pd_channel *ch, mpi_state *st, const mpi_fra
     }
     if (f->head.type == F_PROOF && st->got_hello && source == st->peer) {
         if (f->mac != pd_tp_hs_proof(ch, PD_TP_SENDER, st->nonce, st->peer_nonce))
-            return PD_ERROR(PD_ECOMM, "channel %u: the peer failed to prove the job token", id);
+            return pd_tp_refuse(ch, PD_ERROR(PD_ECOMM, "channel %u: the peer failed to prove the job token", id));
         /* Proven: now the slots take messages. */
         PD_CHECK(post_slot_recvs(ch, st));
         PD_CHECK(post_control_recv(ch, st));
@@ -448,9 +455,29 @@ static pd_status receiver_handshake(pd_channel *ch, mpi_state *st, const mpi_fra
         return PD_OK;
     }
     if (f->head.type == F_REJECT)
-        return PD_ERROR(PD_ECOMM, "channel %u: the peer rejected this end (wrong job token or channel shape)", id);
+        return pd_tp_refuse(
+            ch, PD_ERROR(PD_ECOMM, "channel %u: the peer rejected this end (wrong job token or channel shape)", id));
     return PD_ERROR(PD_ECOMM, "channel %u: mpi: handshake: unexpected frame %u from rank %d", id, f->head.type,
                     source);
+}
+
+/* After a sender's failed attempt: a fresh state on the same tags, so the
+ * listener takes the next sender (its failure stays the one reported). */
+static void listener_reset(pd_channel *ch, mpi_listener *l)
+{
+    int base = l->pending->base;
+    char message[512];
+
+    pending_free(l->pending);
+    l->pending = NULL;
+    snprintf(message, sizeof(message), "%s", pd_last_error());
+    if (state_new(ch, MPI_ANY_SOURCE, base, &l->pending) != PD_OK)
+        l->pending = NULL;
+    else if (post_control_recv(ch, l->pending) == PD_OK)
+        return;
+    state_free(l->pending);
+    l->pending = NULL;
+    (void)pd_error_at(__FILE__, __LINE__, PD_ECOMM, "%s", message); /* the attempt's failure, not this one */
 }
 
 static pd_status mpi_accept(pd_channel *ch, void *listener)
@@ -460,19 +487,29 @@ static pd_status mpi_accept(pd_channel *ch, void *listener)
     mpi_frame f;
     int source;
     bool have;
-    pd_status s;
+    pd_status s = PD_OK;
 
+    if (!st)
+        return PD_ERROR(PD_ECOMM, "channel %u: mpi: the listener could not be renewed after a failed attempt",
+                        ch->config.channel_id);
     while (!st->sent_ready) {
-        PD_CHECK(next_frame(ch, st, &f, &source, &have));
+        PD_CHECK_GOTO(next_frame(ch, st, &f, &source, &have), s, fail);
         if (!have)
             return PD_OK;
-        if ((s = receiver_handshake(ch, st, &f, source)) != PD_OK)
-            return f.head.type == F_REJECT ? s : reject(ch, st, s);
+        if ((s = receiver_handshake(ch, st, &f, source)) != PD_OK) {
+            if (f.head.type != F_REJECT)
+                s = reject(ch, st, s);
+            goto fail;
+        }
     }
     ch->be = st;
     ch->ready = true;
     l->pending = NULL;
     return PD_OK;
+fail:
+    if (!ch->refused)
+        listener_reset(ch, l);
+    return s;
 }
 
 static pd_status receiver_progress(pd_channel *ch, mpi_state *st)
@@ -559,7 +596,7 @@ static pd_status mpi_connect(pd_channel *ch, const char *addr)
     mpi_state *st;
     pd_status s;
 
-    PD_CHECK(mpi_usable(PD_ENOTFOUND));
+    PD_CHECK(mpi_usable(PD_ENOTSUP));
     PD_CHECK(check_slot_bytes(ch));
     PD_CHECK(parse_address(ch, addr, &rank, &base));
     PD_CHECK(state_new(ch, rank, base, &st));
@@ -583,7 +620,7 @@ static pd_status sender_handshake(pd_channel *ch, mpi_state *st, const mpi_frame
         st->got_hello = true;
         PD_CHECK(send_frame(ch, st, F_PROOF, 0));
         if (f->mac != pd_tp_hs_proof(ch, PD_TP_RECEIVER, st->nonce, st->peer_nonce))
-            return PD_ERROR(PD_ECOMM, "channel %u: the peer failed to prove the job token", id);
+            return pd_tp_refuse(ch, PD_ERROR(PD_ECOMM, "channel %u: the peer failed to prove the job token", id));
         return post_control_recv(ch, st);
     }
     if (f->head.type == F_READY && st->got_hello) {
@@ -591,7 +628,8 @@ static pd_status sender_handshake(pd_channel *ch, mpi_state *st, const mpi_frame
         return post_control_recv(ch, st);
     }
     if (f->head.type == F_REJECT)
-        return PD_ERROR(PD_ECOMM, "channel %u: the peer rejected this end (wrong job token or channel shape)", id);
+        return pd_tp_refuse(
+            ch, PD_ERROR(PD_ECOMM, "channel %u: the peer rejected this end (wrong job token or channel shape)", id));
     return PD_ERROR(PD_ECOMM, "channel %u: mpi: handshake: unexpected frame %u", id, f->head.type);
 }
 

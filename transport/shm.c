@@ -171,7 +171,7 @@ static pd_status shm_connect(pd_channel *ch, const char *addr)
 
     PD_CHECK(boot_id(boot, sizeof(boot)));
     if (!colon || (size_t)(colon - addr) != strlen(boot) || strncmp(addr, boot, strlen(boot)) != 0)
-        return PD_ERROR(PD_ENOTFOUND, "shm: the receiver is on another node");
+        return PD_ERROR(PD_ENOTSUP, "shm: the receiver is on another node");
     len = unix_address(colon + 1, &sa);
     fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
     if (fd < 0)

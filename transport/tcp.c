@@ -118,7 +118,7 @@ static pd_status tcp_listen(pd_channel *ch, void **listener, char *addr, size_t 
     return PD_OK;
 }
 
-/* Connects within the channel's timeout; PD_ENOTFOUND if nobody answers. */
+/* Connects within the set-up deadline; PD_ENOTFOUND if nobody answers. */
 static pd_status tcp_connect(pd_channel *ch, const char *addr)
 {
     char host[256];
@@ -145,7 +145,7 @@ static pd_status tcp_connect(pd_channel *ch, const char *addr)
         err = errno;
     freeaddrinfo(ai);
     if (!err) {
-        PD_CHECK_GOTO(pd_tp_poll1(fd, POLLOUT, ch->config.timeout_ms, &rev), s, fail);
+        PD_CHECK_GOTO(pd_tp_poll1(fd, POLLOUT, pd_tp_setup_left_ms(ch), &rev), s, fail);
         if (!rev)
             err = ETIMEDOUT;
         else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) != 0)

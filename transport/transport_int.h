@@ -21,6 +21,8 @@
 #define PD_TP_PAGE 4096
 #define PD_TP_MAX_REGIONS 8 /* send regions a channel may declare */
 #define PD_TP_WAIT_FDS 2 /* descriptors one channel gives a set to sleep on */
+#define PD_TP_REASON_BYTES 200   /* why one backend failed, as kept for the summary */
+#define PD_TP_ATTEMPTS_BYTES 840 /* the reasons of every backend tried, "verbs: ...; tcp: ..." */
 
 /* The header in front of every message, at the start of its slot. Peers
  * are assumed to share byte order (checked through the magic). */
@@ -73,11 +75,17 @@ struct pd_tp_ops {
      * ("tcp:host:port") into addr. */
     pd_status (*listen)(pd_channel *ch, void **listener, char *addr, size_t addr_size);
     /* Receiver: accept and authenticate without blocking; on a proven peer
-     * set ch->be (and the caller then picks this backend). */
+     * set ch->be (and the caller then picks this backend). A failure is
+     * that of one sender's attempt: the attempt is dropped and the
+     * listener must be ready for the next one (the channel fails only on
+     * a refusal, pd_tp_refuse). */
     pd_status (*accept)(pd_channel *ch, void *listener);
     void (*unlisten)(void *listener);
-    /* Sender: connect to `addr` (this backend's part). PD_ENOTFOUND when
-     * the peer cannot be reached this way (the next backend is tried). */
+    /* Sender: connect to `addr` (this backend's part), waiting at most
+     * until the set-up deadline (pd_tp_setup_left_ms). Any failure, here or
+     * in progress before ch->ready, makes the channel try the next backend
+     * unless it was a refusal; PD_ENOTSUP says that the backend does not
+     * apply to this peer (e.g. shm to another node): skipped quietly. */
     pd_status (*connect)(pd_channel *ch, const char *addr);
     /* Both: handshake (sets ch->ready), transfers, credits; no blocking. */
     pd_status (*progress)(pd_channel *ch);
@@ -105,13 +113,23 @@ struct pd_channel {
     pd_transport_token token;
     int64_t setup_deadline_ns;
     pd_status failure; /* PD_OK until the channel fails */
-    char failure_message[512];
+    char failure_message[1024];
     char address[PD_TP_ADDRESS_BYTES];
+    bool refused; /* set-up met a refusal (pd_tp_refuse): no other backend is tried */
+    char attempts[PD_TP_ATTEMPTS_BYTES]; /* why backends failed so far ("verbs: ...; shm: ...") */
 
     /* Receiver: listeners until a peer is proven. */
     int listener_count;
     const pd_tp_backend *listener_backend[PD_TP_MAX_BACKENDS];
     void *listener[PD_TP_MAX_BACKENDS];
+    int listener_failures[PD_TP_MAX_BACKENDS]; /* senders' attempts that failed there */
+
+    /* Sender: the receiver's address and the backends of the preference it
+     * offers, in order; candidate[next_candidate] is the next to try. */
+    char peer_address[PD_TP_ADDRESS_BYTES];
+    const pd_tp_backend *candidate[PD_TP_MAX_BACKENDS];
+    int candidates, next_candidate;
+    pd_status setup_status; /* PD_EINVAL while every candidate failed on a malformed part, else PD_ECOMM */
 
     const pd_tp_backend *backend; /* chosen one, NULL before */
     pd_tp_ops ops;                /* its entries over the defaults */
@@ -164,6 +182,18 @@ void pd_tp_set_forget(pd_channel_set *set, const pd_channel *ch);
 
 /* Records the channel's failure once (later calls return it again). */
 pd_status pd_tp_fail(pd_channel *ch, pd_status status);
+
+/* Marks a set-up failure as a refusal and returns `status`: the peer is a
+ * pipedream end of another channel or job (wrong token; another channel
+ * id, shape or protocol; it rejected this end for that), which no other
+ * backend can change. The sender then tries no other backend and the
+ * receiver fails. Any other set-up failure rules out one backend (sender)
+ * or one sender's attempt (receiver) only. */
+pd_status pd_tp_refuse(pd_channel *ch, pd_status status);
+
+/* Milliseconds left until the channel's set-up deadline, at least 1:
+ * what a connect may wait. */
+int pd_tp_setup_left_ms(const pd_channel *ch);
 
 /* Nanoseconds on the monotonic clock. */
 int64_t pd_tp_now_ns(void);
@@ -218,13 +248,13 @@ void pd_tp_frame_head_fill(pd_tp_frame_head *head, const pd_channel *ch, uint32_
                            pd_tp_role role);
 
 /* Checks the head of a peer's frame: the protocol `proto` and this
- * channel's id. PD_ECOMM naming `who` ("handshake", "mpi") otherwise. */
-pd_status pd_tp_frame_head_check(const pd_channel *ch, const pd_tp_frame_head *head, uint16_t proto,
-                                 const char *who);
+ * channel's id. PD_ECOMM naming `who` ("handshake", "mpi") otherwise, a
+ * refusal (pd_tp_refuse). */
+pd_status pd_tp_frame_head_check(pd_channel *ch, const pd_tp_frame_head *head, uint16_t proto, const char *who);
 
 /* Checks that the peer's channel has this one's depth and slot size;
- * PD_ECOMM otherwise. */
-pd_status pd_tp_frame_head_check_shape(const pd_channel *ch, const pd_tp_frame_head *head);
+ * PD_ECOMM otherwise, a refusal. */
+pd_status pd_tp_frame_head_check_shape(pd_channel *ch, const pd_tp_frame_head *head);
 
 /* The token handshake over a connected socket (tcp stream or unix
  * seqpacket), non-blocking, identical for every socket backend:

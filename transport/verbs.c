@@ -108,21 +108,26 @@ static void reject(struct rdma_cm_id *id, int reason)
     rdma_destroy_id(id);
 }
 
-/* The same checks as the socket handshake's HELLO. */
-static pd_status check_hello(const pd_channel *ch, const pd_vb_hello *h, size_t len)
+/* The same checks as the socket handshake's HELLO: a pipedream sender of
+ * another protocol, channel or shape is refused (pd_tp_refuse); a request
+ * that is no pipedream sender's is only dropped. */
+static pd_status check_hello(pd_channel *ch, const pd_vb_hello *h, size_t len)
 {
     uint32_t id = ch->config.channel_id;
 
     if (len < sizeof(*h) || h->magic != PD_VB_MAGIC || h->type != PD_VB_HELLO || h->role != PD_TP_SENDER)
         return PD_ERROR(PD_ECOMM, "channel %u: verbs: a connection request that is not a pipedream sender's", id);
     if (h->proto != PD_VB_PROTO)
-        return PD_ERROR(PD_ECOMM, "channel %u: handshake: peer speaks protocol %u, this build %u", id, h->proto,
-                        PD_VB_PROTO);
+        return pd_tp_refuse(ch, PD_ERROR(PD_ECOMM, "channel %u: handshake: peer speaks protocol %u, this build %u", id,
+                                         h->proto, PD_VB_PROTO));
     if (h->channel_id != id)
-        return PD_ERROR(PD_ECOMM, "channel %u: handshake: the peer opened channel %u", id, h->channel_id);
+        return pd_tp_refuse(ch, PD_ERROR(PD_ECOMM, "channel %u: handshake: the peer opened channel %u", id,
+                                         h->channel_id));
     if (h->depth != (uint32_t)ch->config.depth || h->slot_bytes != ch->config.slot_bytes || h->stride != ch->stride)
-        return PD_ERROR(PD_ECOMM, "channel %u: handshake: the peer's channel has depth %u x %llu bytes, this one %d x %zu",
-                        id, h->depth, (unsigned long long)h->slot_bytes, ch->config.depth, ch->config.slot_bytes);
+        return pd_tp_refuse(
+            ch, PD_ERROR(PD_ECOMM,
+                         "channel %u: handshake: the peer's channel has depth %u x %llu bytes, this one %d x %zu", id,
+                         h->depth, (unsigned long long)h->slot_bytes, ch->config.depth, ch->config.slot_bytes));
     return PD_OK;
 }
 
@@ -203,11 +208,12 @@ fail:
 }
 
 /* Waits for the cm event `want` during the sender's address and route
- * resolution; any other outcome means RDMA does not reach the peer. */
+ * resolution, until the set-up deadline; any other outcome means RDMA
+ * does not reach the peer. */
 static pd_status resolve_wait(pd_channel *ch, struct rdma_event_channel *ec, enum rdma_cm_event_type want,
                               const char *addr)
 {
-    int64_t deadline = pd_tp_now_ns() + (int64_t)ch->config.timeout_ms * 1000000;
+    int64_t deadline = ch->setup_deadline_ns;
     struct rdma_cm_event *ev;
 
     for (;;) {
@@ -224,15 +230,16 @@ static pd_status resolve_wait(pd_channel *ch, struct rdma_event_channel *ec, enu
         if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
             return pd_vb_errno(ch, "rdma_get_cm_event");
         if (pd_tp_now_ns() > deadline)
-            return PD_ERROR(PD_ENOTFOUND, "verbs: cannot reach %s: no answer within %d ms", addr,
-                            ch->config.timeout_ms);
+            return PD_ERROR(PD_ETIMEOUT, "verbs: cannot reach %s: no answer within the set-up timeout (%d ms)",
+                            addr, ch->config.timeout_ms);
         (void)pd_tp_poll1(ec->fd, POLLIN, 10, NULL);
     }
 }
 
 /* Sender: resolves the address and route (a peer RDMA cannot reach is
- * PD_ENOTFOUND: the next backend is tried), makes the queue pair and
- * sends the connect request; the rest completes under progress. */
+ * PD_ENOTFOUND), makes the queue pair and sends the connect request; the
+ * rest completes under progress. Resolution waits at most until the
+ * set-up deadline. */
 static pd_status vb_connect(pd_channel *ch, const char *addr)
 {
     char host[INET_ADDRSTRLEN + 8];
@@ -245,7 +252,6 @@ static pd_status vb_connect(pd_channel *ch, const char *addr)
                                     .rnr_retry_count = 7};
     pd_vb_conn *c;
     pd_status s;
-    int tmo = ch->config.timeout_ms;
 
     if (!colon || (size_t)(colon - addr) >= sizeof(host))
         return PD_ERROR(PD_EINVAL, "verbs: bad address '%s' (expected host:port)", addr);
@@ -261,12 +267,12 @@ static pd_status vb_connect(pd_channel *ch, const char *addr)
     s = set_nonblocking(ch, ec->fd);
     if (s == PD_OK && rdma_create_id(ec, &id, NULL, RDMA_PS_TCP) != 0)
         s = pd_vb_errno(ch, "rdma_create_id");
-    if (s == PD_OK && rdma_resolve_addr(id, NULL, ai->ai_addr, tmo) != 0)
+    if (s == PD_OK && rdma_resolve_addr(id, NULL, ai->ai_addr, pd_tp_setup_left_ms(ch)) != 0)
         s = PD_ERROR(PD_ENOTFOUND, "verbs: cannot reach %s: %s", addr, strerror(errno));
     freeaddrinfo(ai);
     if (s == PD_OK)
         s = resolve_wait(ch, ec, RDMA_CM_EVENT_ADDR_RESOLVED, addr);
-    if (s == PD_OK && rdma_resolve_route(id, tmo) != 0)
+    if (s == PD_OK && rdma_resolve_route(id, pd_tp_setup_left_ms(ch)) != 0)
         s = PD_ERROR(PD_ENOTFOUND, "verbs: no route to %s: %s", addr, strerror(errno));
     if (s == PD_OK)
         s = resolve_wait(ch, ec, RDMA_CM_EVENT_ROUTE_RESOLVED, addr);
@@ -331,17 +337,24 @@ static pd_status on_connect_response(pd_channel *ch, pd_vb_conn *c, const struct
     }
     PD_CHECK(pd_vb_post_ctl(ch, c, PD_VB_CTL_HEAD));
     if (!c->peer_proven)
-        return PD_ERROR(PD_ECOMM, "channel %u: the peer failed to prove the job token", ch->config.channel_id);
+        return pd_tp_refuse(ch, PD_ERROR(PD_ECOMM, "channel %u: the peer failed to prove the job token",
+                                         ch->config.channel_id));
     return PD_OK;
 }
 
-static const char *reject_reason(const struct rdma_cm_event *ev)
+/* Why the receiver rejected the connect request; a refusal when it is a
+ * pipedream receiver of another shape or id. */
+static pd_status rejected(pd_channel *ch, const struct rdma_cm_event *ev)
 {
     const pd_vb_reply *r = ev->param.conn.private_data;
+    uint32_t id = ch->config.channel_id;
 
     if (!r || ev->param.conn.private_data_len < sizeof(*r) || r->magic != PD_VB_MAGIC || r->type != PD_VB_REJECT)
-        return "no pipedream receiver there";
-    return r->reason == REJECT_BUSY ? "another sender holds the channel" : "channel shape or id differ";
+        return PD_ERROR(PD_ECOMM, "channel %u: verbs: rejected (no pipedream receiver there)", id);
+    if (r->reason == REJECT_BUSY)
+        return PD_ERROR(PD_ECOMM, "channel %u: verbs: rejected (another sender holds the channel)", id);
+    return pd_tp_refuse(ch, PD_ERROR(PD_ECOMM, "channel %u: the peer rejected this end (channel shape or id differ)",
+                                     id));
 }
 
 pd_status pd_vb_cm_events(pd_channel *ch, pd_vb_conn *c)
@@ -359,9 +372,7 @@ pd_status pd_vb_cm_events(pd_channel *ch, pd_vb_conn *c)
                     : PD_ERROR(PD_ECOMM, "channel %u: verbs: unexpected connect response", id);
             break;
         case RDMA_CM_EVENT_ESTABLISHED: c->established = true; break;
-        case RDMA_CM_EVENT_REJECTED:
-            s = PD_ERROR(PD_ECOMM, "channel %u: the peer rejected this end (%s)", id, reject_reason(ev));
-            break;
+        case RDMA_CM_EVENT_REJECTED: s = rejected(ch, ev); break;
         case RDMA_CM_EVENT_DISCONNECTED:
             /* The peer closed or died. Complete the disconnect (no error
              * in the peer's teardown), after counting what has arrived. */
@@ -399,7 +410,7 @@ pd_status pd_vb_on_ctl(pd_channel *ch, pd_vb_conn *c, size_t bytes)
         if (in->type != PD_VB_PROOF || c->hs_done)
             return PD_ERROR(PD_ECOMM, "channel %u: verbs: unexpected control message %u", id, in->type);
         if (in->mac != pd_tp_hs_proof(ch, PD_TP_SENDER, c->nonce, c->peer_nonce))
-            return PD_ERROR(PD_ECOMM, "channel %u: the peer failed to prove the job token", id);
+            return pd_tp_refuse(ch, PD_ERROR(PD_ECOMM, "channel %u: the peer failed to prove the job token", id));
         /* Proven: now, and only now, the slots are registered and shown. */
         c->credit_addr = in->addr;
         c->credit_rkey = in->rkey;

@@ -18,11 +18,16 @@
  * order do not deadlock.
  *
  * Backends: the address lists every backend the receiver listens on; the
- * sender tries them in its preference order and the first that connects
- * wins. Order: config.backends, else $PD_TRANSPORT, else every backend
- * built: shm, (verbs,) (mpi,) tcp. The mpi backend ("mpi:<world rank>:<tag
- * base>") needs MPI initialised by the caller, and MPI_THREAD_MULTIPLE
- * when channels are used from several threads at once.
+ * sender tries them in its preference order and the first whose token
+ * handshake completes wins. A backend that fails before that (no device,
+ * no route, rdmacm reject, the peer gone mid-handshake) gives way to the
+ * next one, with one log line saying why; only a refusal (wrong token,
+ * another channel's id or shape) ends the set-up at once. When every
+ * backend failed, the error names each one's reason. Order:
+ * config.backends, else $PD_TRANSPORT, else every backend built: shm,
+ * (verbs,) (mpi,) tcp. The mpi backend ("mpi:<world rank>:<tag base>")
+ * needs MPI initialised by the caller, and MPI_THREAD_MULTIPLE when
+ * channels are used from several threads at once.
  *
  * Threads: every call locks the channel, so a compute thread may post sends
  * and take received slots while another thread drives progress; calls never
@@ -98,25 +103,34 @@ typedef struct pd_channel_msg {
 } pd_channel_msg;
 
 /* Creates the receiving end: allocates the slots (not exposed yet) and
- * listens on every backend of the preference that can listen here. The
- * caller frees it with pd_channel_close(). */
+ * listens on every backend of the preference that can listen here (a
+ * backend named in config.backends or $PD_TRANSPORT that cannot is said
+ * in one log line). A sender's attempt that fails on one listener (not a
+ * refusal) is dropped and every listener goes on; the first proven sender
+ * closes the others. The caller frees it with pd_channel_close(). */
 pd_status pd_channel_listen(const pd_channel_config *config, pd_channel **out);
 
-/* The receiver's address ("shm:...,tcp:host:port"), to give to the sender.
+/* The receiver's address ("shm:...,verbs:ip:port,tcp:host:port": one part
+ * per backend listening, fewer than 512 bytes), to give to the sender.
  * Owned by the channel. */
 const char *pd_channel_address(const pd_channel *ch);
 
 /* Creates the sending end towards `address` (from pd_channel_address()):
- * the first backend of the preference that the address offers and that
- * connects wins. The token handshake completes under progress. The caller
- * frees it with pd_channel_close(). */
+ * the backends of the preference that the address offers are tried in
+ * order. A connect may wait (at most until the set-up deadline) for a
+ * route or a socket; the token handshake completes under progress, which
+ * also moves on to the next backend if the current one fails before the
+ * handshake completed. Fails at once (PD_ECOMM, naming every backend's
+ * reason) when no backend connects; PD_EINVAL for a malformed address.
+ * The caller frees it with pd_channel_close(). */
 pd_status pd_channel_connect(const pd_channel_config *config, const char *address, pd_channel **out);
 
 /* Closes the channel and frees everything it owns; never fails. The peer
  * sees the channel closed (an error if it still expects messages). */
 void pd_channel_close(pd_channel *ch);
 
-/* The backend in use ("shm", "tcp", ...), or "none" before connecting. */
+/* The backend in use ("shm", "tcp", ...), or "none" before connecting. A
+ * sender's may change until it is connected (falling back). */
 const char *pd_channel_backend(const pd_channel *ch);
 
 /* Advances set-up, transfers and credits without blocking. Returns the
@@ -167,7 +181,8 @@ pd_status pd_channel_recv_wait(pd_channel *ch, pd_channel_msg *msg, int timeout_
 pd_status pd_channel_release(pd_channel *ch, const pd_channel_msg *msg);
 
 /* A descriptor that becomes readable when the channel may have work for
- * progress, or -1 if the backend has none (shm, mpi). A thread serving
+ * progress, or -1 if the backend has none (shm, mpi) or none is chosen yet
+ * (it may change until the channel is connected). A thread serving
  * several channels uses a pd_channel_set instead, which every backend can
  * wake. */
 int pd_channel_fd(pd_channel *ch);

@@ -1,7 +1,8 @@
 #!/bin/bash
 # The verbs backend for real: a qemu VM (TCG; no KVM or RDMA needed on the
 # host) boots Debian's kernel with soft-RoCE (rdma_rxe) and runs, in one
-# guest, the transport unit test over verbs (PD_TRANSPORT=verbs) and
+# guest, the transport unit test over verbs (PD_TRANSPORT=verbs; with a
+# real rdmacm reject falling back to tcp) and
 # `pipedream bench transport --backend verbs` against perftest's ib_write_bw
 # (tests/rdma/ has the scripts and says how). The kernel and perftest come
 # from Debian's archive with apt-get download into a cache outside the build
@@ -58,6 +59,13 @@ grep -q '^\[  PASSED  \] .* test(s)' "$work/vm.log" || grep -q 'pdvm.unit=0' <<<
     { echo "FAIL: the transport unit test did not pass over verbs"; status=1; }
 grep -q '^\[ RUN      \] verbs: ' "$work/vm.log" || grep -q 'pdvm.unit=0' <<<"${PD_VM_ARGS:-}" ||
     { echo "FAIL: no verbs case ran (no RDMA device in the guest?)"; status=1; }
+# A real rdmacm reject (a port nobody listens on) must fall back to tcp.
+if grep -q '^\[       OK \] verbs: test_verbs_reject_falls_back' "$work/vm.log"; then
+    echo "# fall-back: $(grep -m1 'warn: channel .*: verbs failed, trying tcp' "$work/vm.log" | sed 's/^.*warn: //')"
+elif ! grep -q 'pdvm.unit=0' <<<"${PD_VM_ARGS:-}"; then
+    echo "FAIL: the verbs reject did not fall back to tcp (test_verbs_reject_falls_back)"
+    status=1
+fi
 echo "# bytes  channel_MB/s  ib_write_bw_MB/s  ratio (target >= 0.90; each side's best of its rounds)"
 ratios=$(grep '^PDVM ratio ' "$work/vm.log")
 [ -n "$ratios" ] || { echo "FAIL: no bandwidth was measured"; status=1; }

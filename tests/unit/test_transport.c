@@ -6,9 +6,14 @@
  * mid-transfer (both directions; not under MPI, where mpirun ends the job:
  * --peer-killed checks that), backend choice, and channel sets (one
  * receiver with three senders, a waiter woken by any of them and not
- * spinning, timeouts and wake-ups, a sender woken by credits); plus the
- * token helpers and the MAC's reference vector. A watchdog (alarm) turns a
- * hang into a failure; children report through their exit status. */
+ * spinning, timeouts and wake-ups, a sender woken by credits); the
+ * fall-back from a backend that fails to the next one (run once, mixing
+ * backends: verbs that cannot listen or connect, shm unreachable or hung
+ * up mid-handshake, a stray connection, the token on the backend fallen
+ * back to, every backend failing; over verbs, a real rdmacm reject); plus
+ * the token helpers and the MAC's reference vector. A watchdog (alarm)
+ * turns a hang into a failure; children report through their exit
+ * status. */
 #include "config.h"
 
 #include <setjmp.h>
@@ -17,6 +22,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -24,6 +31,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -955,6 +963,372 @@ static void test_set_misuse(void **state)
     pd_channel_close(ch[1]);
 }
 
+/* ---- fall-back: a backend that fails gives way to the next one ---- */
+
+/* What a fall-back child does to the receiver's address before it connects
+ * with the preference "verbs,shm,tcp" (flags of its argument). */
+enum {
+    FB_FOREIGN_VERBS = 1, /* a verbs part first that this end cannot use */
+    FB_VERBS_REJECT = 2,  /* the verbs part's port: one nobody listens on (rdmacm rejects) */
+    FB_SHM_NOBODY = 4,    /* the shm part: a socket nobody listens on (connect fails) */
+    FB_SHM_HANGUP = 8,    /* the shm part: a listener that closes under the handshake */
+    FB_WRONG_TOKEN = 16,  /* another job's token (refused, on whichever backend) */
+    FB_STRAY_FIRST = 32,  /* first a stray non-pipedream connection to the receiver's shm */
+};
+
+/* `address` with the part of backend `name` replaced by "name:rest". */
+static void replace_part(const char *address, const char *name, const char *rest, char *out, size_t size)
+{
+    size_t nlen = strlen(name), used = 0;
+
+    out[0] = '\0';
+    for (const char *p = address; *p;) {
+        size_t len = strcspn(p, ",");
+        bool mine = len > nlen && strncmp(p, name, nlen) == 0 && p[nlen] == ':';
+
+        if (mine)
+            used += (size_t)snprintf(out + used, size - used, "%s%s:%s", used ? "," : "", name, rest);
+        else
+            used += (size_t)snprintf(out + used, size - used, "%s%.*s", used ? "," : "", (int)len, p);
+        CHILD_CHECK(used < size);
+        p += len + (p[len] == ',');
+    }
+}
+
+/* The value of backend `name`'s part of `address` ("shm:a:b" -> "a:b"). */
+static void address_of(const char *address, const char *name, char *out, size_t size)
+{
+    const char *p = strstr(address, name);
+
+    CHILD_CHECK(p && p[strlen(name)] == ':');
+    p += strlen(name) + 1;
+    snprintf(out, size, "%.*s", (int)strcspn(p, ","), p);
+}
+
+/* This node's boot id, the first field of an shm address part. */
+static void boot_id(char *out, size_t size)
+{
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+
+    CHILD_CHECK(f && fgets(out, (int)size, f));
+    fclose(f);
+    out[strcspn(out, "\n")] = '\0';
+}
+
+/* Listeners that never answer: connecting to one succeeds (the kernel's
+ * backlog), and closing it resets those connections. */
+static int fake_unix_listener(const char *name)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    size_t len = strlen(name);
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+    memcpy(sa.sun_path + 1, name, len); /* abstract, as shm's */
+    CHILD_CHECK(fd >= 0);
+    CHILD_CHECK(bind(fd, (struct sockaddr *)&sa, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + len)) == 0);
+    CHILD_CHECK(listen(fd, 4) == 0);
+    return fd;
+}
+
+static int fake_tcp_listener(int *port)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(sa);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+    CHILD_CHECK(fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 && listen(fd, 4) == 0);
+    CHILD_CHECK(getsockname(fd, (struct sockaddr *)&sa, &len) == 0);
+    *port = ntohs(sa.sin_port);
+    return fd;
+}
+
+/* A stray connection (a port scanner, another program) to the receiver's
+ * shm or tcp part: 64 bytes of no pipedream protocol, then whatever the
+ * receiver answers until it hangs up. */
+static void stray(const char *address, const char *name)
+{
+    char part[256];
+    uint8_t junk[64];
+    int fd;
+
+    address_of(address, name, part, sizeof(part));
+    if (strcmp(name, "shm") == 0) {
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        const char *sock = strchr(part, ':') + 1;
+        memcpy(sa.sun_path + 1, sock, strlen(sock));
+        fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+        CHILD_CHECK(connect(fd, (struct sockaddr *)&sa,
+                            (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(sock))) == 0);
+    } else {
+        struct sockaddr_in sa = {.sin_family = AF_INET};
+        char *colon = strrchr(part, ':');
+        *colon = '\0';
+        sa.sin_port = htons((uint16_t)atoi(colon + 1));
+        CHILD_CHECK(inet_pton(AF_INET, part, &sa.sin_addr) == 1);
+        fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        CHILD_CHECK(connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
+    }
+    memset(junk, 0x5a, sizeof(junk));
+    CHILD_CHECK(send(fd, junk, sizeof(junk), MSG_NOSIGNAL) == (ssize_t)sizeof(junk));
+    while (recv(fd, junk, sizeof(junk), 0) > 0)
+        ;
+    close(fd);
+}
+
+/* A verbs part this end cannot use: where RDMA works here, this machine's
+ * RDMA address on a port nobody listens on (rdmacm rejects at once); else
+ * a documentation address (and this end has no RDMA device to reach it). */
+static void foreign_verbs(char *part, size_t size)
+{
+#ifdef PD_TP_VERBS
+    char ip[64];
+    if (pd_vb_find_address(NULL, ip, sizeof(ip)) == PD_OK) {
+        snprintf(part, size, "%s:1", ip);
+        return;
+    }
+#endif
+    snprintf(part, size, "192.0.2.1:4791");
+}
+
+static void fallback_child(const char *address, long flags)
+{
+    pd_channel_config c = config(2, 4096);
+    pd_transport_token other = job_token;
+    char addr[PD_TP_ADDRESS_BYTES], tmp[PD_TP_ADDRESS_BYTES], part[256], used[8] = "";
+    int fake = -1;
+    pd_channel *tx;
+    uint8_t b[3][100];
+
+    c.backends = "verbs,shm,tcp";
+    snprintf(addr, sizeof(addr), "%s", address);
+    if (flags & FB_FOREIGN_VERBS) {
+        foreign_verbs(part, sizeof(part));
+        CHILD_CHECK(snprintf(tmp, sizeof(tmp), "verbs:%s,", part) < 64);
+        CHILD_CHECK(strlen(tmp) + strlen(addr) < sizeof(tmp));
+        memcpy(tmp + strlen(tmp), addr, strlen(addr) + 1);
+        memcpy(addr, tmp, strlen(tmp) + 1);
+    }
+    if (flags & FB_VERBS_REJECT) {
+        address_of(addr, "verbs", part, sizeof(part));
+        snprintf(strrchr(part, ':'), 3, ":1");
+        replace_part(addr, "verbs", part, tmp, sizeof(tmp));
+        snprintf(addr, sizeof(addr), "%s", tmp);
+    }
+    if (flags & (FB_SHM_NOBODY | FB_SHM_HANGUP)) {
+        char boot[64], name[64];
+        boot_id(boot, sizeof(boot));
+        snprintf(name, sizeof(name), "pd-test-%d-%s", (int)getpid(), flags & FB_SHM_NOBODY ? "nobody" : "fake");
+        if (flags & FB_SHM_HANGUP)
+            fake = fake_unix_listener(name);
+        snprintf(part, sizeof(part), "%s:%s", boot, name);
+        replace_part(addr, "shm", part, tmp, sizeof(tmp));
+        snprintf(addr, sizeof(addr), "%s", tmp);
+    }
+    if (flags & FB_STRAY_FIRST)
+        stray(address, "shm");
+    if (flags & FB_WRONG_TOKEN) {
+        other.bytes[5] ^= 1;
+        c.token = &other;
+    }
+    CHILD_CHECK(pd_channel_connect(&c, addr, &tx) == PD_OK);
+    if (fake >= 0) {
+        /* shm connected to the fake and waits for its HELLO: the
+         * fall-back happens under progress, once the fake is gone. */
+        CHILD_CHECK(strcmp(pd_channel_backend(tx), "shm") == 0);
+        close(fake);
+    }
+    if (flags & FB_WRONG_TOKEN) {
+        /* Refused on the backend it reached; no other one is tried. */
+        CHILD_CHECK(pd_channel_wait_connected(&tx, 1, -1) == PD_ECOMM);
+        CHILD_CHECK(strstr(pd_last_error(), "job token") != NULL);
+        CHILD_CHECK(strcmp(pd_channel_backend(tx), flags & FB_SHM_NOBODY ? "tcp" : "shm") == 0);
+        CHILD_CHECK(tx->slots == NULL && tx->ring_fd < 0);
+        pd_channel_close(tx);
+        return;
+    }
+    CHILD_CHECK(pd_channel_wait_connected(&tx, 1, -1) == PD_OK);
+    snprintf(used, sizeof(used), "%s", pd_channel_backend(tx));
+    tp_child_send(used, sizeof(used));
+    for (uint64_t i = 0; i < 3; i++) {
+        pd_msg_tag tag = {.minibatch = i, .kind = PD_MSG_ACTIVATION};
+        uint64_t seq;
+        for (size_t k = 0; k < sizeof(b[i]); k++)
+            b[i][k] = pattern(i, k);
+        CHILD_CHECK(pd_channel_send(tx, b[i], sizeof(b[i]), &tag, &seq) == PD_OK);
+    }
+    CHILD_CHECK(pd_channel_send_wait(tx, 2, -1) == PD_OK);
+    pd_channel_close(tx);
+}
+
+/* Listens on `listen_backends`; the child (fallback_child with `flags`)
+ * must connect over `expect`, both ends agreeing, and messages flow. */
+static void run_fallback(const char *listen_backends, long flags, const char *expect)
+{
+    pd_channel_config c = config(2, 4096);
+    pd_channel *rx;
+    char theirs[8];
+    pid_t pid;
+    pd_status s;
+
+    c.backends = listen_backends;
+    pid = start(&c, fallback_child, flags, &rx, false);
+    s = pd_channel_wait_connected(&rx, 1, -1);
+    if (s != PD_OK)
+        print_error("%s\n", pd_last_error());
+    assert_int_equal(s, PD_OK);
+    assert_string_equal(pd_channel_backend(rx), expect);
+    tp_peer_recv(pid, theirs, sizeof(theirs));
+    assert_string_equal(theirs, expect);
+    for (uint64_t i = 0; i < 3; i++) {
+        pd_channel_msg m;
+        assert_int_equal(pd_channel_recv_wait(rx, &m, -1), PD_OK);
+        assert_int_equal(m.seq, i);
+        assert_int_equal(m.bytes, 100);
+        for (size_t k = 0; k < m.bytes; k++)
+            assert_int_equal(((uint8_t *)m.data)[k], pattern(i, k));
+        assert_int_equal(pd_channel_release(rx, &m), PD_OK);
+    }
+    finish(pid);
+    pd_channel_close(rx);
+}
+
+/* Whether a verbs channel can listen on this machine. */
+static bool verbs_here(void)
+{
+#ifdef PD_TP_VERBS
+    char ip[64];
+    return pd_vb_find_address(NULL, ip, sizeof(ip)) == PD_OK;
+#else
+    return false;
+#endif
+}
+
+/* (a) "verbs,tcp" where verbs cannot listen: the address offers tcp only. */
+static void test_fallback_verbs_cannot_listen(void **state)
+{
+    run_fallback("verbs,tcp", 0, verbs_here() ? "verbs" : "tcp");
+}
+
+/* (b) The receiver offers verbs that this end cannot use (no device here,
+ * or rdmacm rejects): shm, next in its preference, carries the channel. */
+static void test_fallback_foreign_verbs(void **state)
+{
+    run_fallback("shm,tcp", FB_FOREIGN_VERBS, "shm");
+}
+
+/* (b) shm's address cannot be reached (connect fails): tcp. */
+static void test_fallback_unreachable(void **state)
+{
+    run_fallback("shm,tcp", FB_SHM_NOBODY, "tcp");
+}
+
+/* (b) shm connects, then its peer hangs up in the handshake: the sender
+ * falls back under progress and tcp carries the channel. */
+static void test_fallback_in_handshake(void **state)
+{
+    run_fallback("shm,tcp", FB_SHM_HANGUP, "tcp");
+}
+
+/* A stray connection that fails on the receiver's shm listener is dropped;
+ * the listener goes on and the real sender still gets shm. */
+static void test_fallback_receiver_keeps_listening(void **state)
+{
+    run_fallback("shm,tcp", FB_STRAY_FIRST, "shm");
+}
+
+/* (d) The token is checked on the backend fallen back to, and a refusal
+ * ends the set-up on the first backend: both ends fail naming the token. */
+static void test_fallback_wrong_token(void **state)
+{
+    const long cases[] = {FB_WRONG_TOKEN | FB_SHM_NOBODY, FB_WRONG_TOKEN};
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        pd_channel_config c = config(2, 4096);
+        pd_channel *rx;
+        pid_t pid;
+
+        c.backends = "shm,tcp";
+        pid = start(&c, fallback_child, cases[i], &rx, false);
+        assert_int_equal(pd_channel_wait_connected(&rx, 1, -1), PD_ECOMM);
+        assert_non_null(strstr(pd_last_error(), "failed to prove the job token"));
+        finish(pid);
+        pd_channel_close(rx);
+    }
+}
+
+/* A real rdmacm reject (a port nobody listens on) falls back to tcp; the
+ * verbs table runs it where RDMA works (the soft-RoCE VM). */
+static void test_verbs_reject_falls_back(void **state)
+{
+    run_fallback("verbs,tcp", FB_VERBS_REJECT, "tcp");
+}
+
+/* (c) Every backend fails: one error naming each one's reason, at once
+ * when they fail at once, and within the time their failures take. */
+static void all_fail_child(const char *unused, long unused_arg)
+{
+    pd_channel_config c = config(2, 4096);
+    char boot[64], verbs[128], addr[PD_TP_ADDRESS_BYTES], name[64];
+    pd_channel *tx = NULL;
+    int shm_fake, tcp_fake, port;
+    int64_t t0;
+
+    c.backends = "verbs,shm,tcp";
+    boot_id(boot, sizeof(boot));
+    foreign_verbs(verbs, sizeof(verbs));
+    /* Each fails in connect. */
+    snprintf(addr, sizeof(addr), "verbs:%s,shm:%s:pd-test-%d-nobody,tcp:127.0.0.1:1", verbs, boot, (int)getpid());
+    t0 = now_ms();
+    CHILD_CHECK(pd_channel_connect(&c, addr, &tx) == PD_ECOMM && tx == NULL);
+    CHILD_CHECK(now_ms() - t0 < c.timeout_ms);
+    fprintf(stderr, "# all fail in connect: %s\n", pd_last_error());
+    CHILD_CHECK(strstr(pd_last_error(), "verbs: ") && strstr(pd_last_error(), "; shm: cannot connect") &&
+                strstr(pd_last_error(), "; tcp: cannot connect"));
+    /* shm fails in its handshake, under progress, and then tcp. */
+    snprintf(name, sizeof(name), "pd-test-%d-fake", (int)getpid());
+    shm_fake = fake_unix_listener(name);
+    tcp_fake = fake_tcp_listener(&port);
+    snprintf(addr, sizeof(addr), "shm:%s:%s,tcp:127.0.0.1:%d", boot, name, port);
+    CHILD_CHECK(pd_channel_connect(&c, addr, &tx) == PD_OK);
+    close(shm_fake);
+    close(tcp_fake);
+    t0 = now_ms();
+    CHILD_CHECK(pd_channel_wait_connected(&tx, 1, -1) == PD_ECOMM);
+    CHILD_CHECK(now_ms() - t0 < 1000);
+    fprintf(stderr, "# all fail, shm in its handshake: %s\n", pd_last_error());
+    CHILD_CHECK(strstr(pd_last_error(), "(shm: ") && strstr(pd_last_error(), "; tcp: cannot connect"));
+    CHILD_CHECK(pd_channel_progress(tx) == PD_ECOMM); /* and it stays failed */
+    pd_channel_close(tx);
+}
+
+static void stray_child(const char *address, long unused)
+{
+    stray(address, "shm");
+    stray(address, "tcp");
+}
+
+static void test_fallback_all_fail(void **state)
+{
+    /* The sender's side, in a child (it makes listeners of its own). */
+    finish(tp_peer_start(all_fail_child, "", 0, NULL));
+    /* The receiver's side: every attempt (strays on shm and tcp) failed;
+     * the set-up ends at its timeout, naming them. */
+    pd_channel_config c = config(2, 4096);
+    pd_channel *rx;
+    int64_t t0 = now_ms();
+
+    c.backends = "shm,tcp";
+    c.timeout_ms = 1500;
+    pid_t pid = start(&c, stray_child, 0, &rx, false);
+    assert_int_equal(pd_channel_wait_connected(&rx, 1, -1), PD_ETIMEOUT);
+    assert_true(now_ms() - t0 < 1500 + 1000);
+    print_message("# receiver: %s\n", pd_last_error());
+    assert_non_null(strstr(pd_last_error(), "nobody connected; failed: shm: "));
+    assert_non_null(strstr(pd_last_error(), "; tcp: "));
+    finish(pid);
+    pd_channel_close(rx);
+}
+
 /* ---- helpers independent of backends ---- */
 
 static void test_token_and_mac(void **state)
@@ -1021,6 +1395,14 @@ static int use_verbs(void **state)
     return 0;
 }
 
+/* The fall-back cases mix backends; they name theirs. */
+static int use_fallback(void **state)
+{
+    backend = "tcp";
+    alarm(WATCHDOG_S * 2);
+    return 0;
+}
+
 static int use_mpi(void **state)
 {
     backend = "mpi";
@@ -1036,6 +1418,11 @@ static int use_mpi(void **state)
         CASE(b, test_backend_choice), CASE(b, test_set_three_senders), CASE(b, test_set_wakes_on_any),              \
         CASE(b, test_set_timeouts), CASE(b, test_set_sender_credits)
 #define TABLE(b) TABLE_SHARED(b), CASE(b, test_sender_killed), CASE(b, test_receiver_killed)
+#define FALLBACK_TABLE                                                                                               \
+    CASE(fallback, test_fallback_verbs_cannot_listen), CASE(fallback, test_fallback_foreign_verbs),                 \
+        CASE(fallback, test_fallback_unreachable), CASE(fallback, test_fallback_in_handshake),                      \
+        CASE(fallback, test_fallback_receiver_keeps_listening), CASE(fallback, test_fallback_wrong_token),          \
+        CASE(fallback, test_fallback_all_fail)
 
 /* ---- under mpirun: the mpi table, rank 1 running the children ---- */
 
@@ -1077,7 +1464,8 @@ static void test_peer_killed(void **state)
 static const tp_child_fn children[] = {
     ordering_child, backpressure_child, large_child,         idle_child,          bad_header_child,
     wrong_token_child, wrong_shape_child, flood_child,       choice_child,        stream_member_child,
-    set_member_child,  credit_member_child, killed_child,
+    set_member_child,  credit_member_child, killed_child,      fallback_child,      all_fail_child,
+    stray_child,
 };
 
 #ifdef HAVE_MPI
@@ -1104,13 +1492,19 @@ static int mpi_main(int argc, char **argv)
 
 /* Whether the table of backend `name` runs: it is built, $PD_TRANSPORT
  * (if set) lists it, and (verbs) this machine has an active RDMA port;
- * otherwise a '#' line says why it is left out. */
+ * otherwise a '#' line says why it is left out. The fall-back cases name
+ * their backends and run only when $PD_TRANSPORT picks none. */
 static bool wanted(const char *name)
 {
     const char *only = getenv("PD_TRANSPORT");
     char list[256], *save = NULL;
     bool listed = !only || !*only;
 
+    if (strcmp(name, "fallback") == 0) {
+        if (!listed)
+            printf("# fallback: its cases mix backends; left out under PD_TRANSPORT=%s\n", only);
+        return listed;
+    }
     snprintf(list, sizeof(list), "%s", only ? only : "");
     for (char *t = strtok_r(list, ",", &save); t && !listed; t = strtok_r(NULL, ",", &save))
         listed = strcmp(t, name) == 0;
@@ -1146,15 +1540,19 @@ int main(int argc, char **argv)
         {"test_bad_config", test_bad_config, use_tcp, NULL, NULL},
         {"test_set_misuse", test_set_misuse, use_tcp, NULL, NULL},
     };
-    static const struct CMUnitTest shm[] = {TABLE(shm)}, tcp[] = {TABLE(tcp)}, verbs[] = {TABLE(verbs)};
-    static const struct CMUnitTest mpi[] = {TABLE(mpi)};
+    static const struct CMUnitTest shm[] = {TABLE(shm)}, tcp[] = {TABLE(tcp)};
+    static const struct CMUnitTest verbs[] = {TABLE(verbs), CASE(verbs, test_verbs_reject_falls_back)};
+    static const struct CMUnitTest mpi[] = {TABLE(mpi)}, fallback[] = {FALLBACK_TABLE};
     static const struct {
         const char *name;
         const struct CMUnitTest *cases;
         size_t n;
 #define GROUP(name, cases) {name, cases, sizeof(cases) / sizeof(cases[0])}
-    } groups[] = {GROUP("", common), GROUP("shm", shm), GROUP("tcp", tcp), GROUP("verbs", verbs), GROUP("mpi", mpi)};
-    struct CMUnitTest tests[sizeof(common) / sizeof(common[0]) + 4 * sizeof(shm) / sizeof(shm[0])];
+    } groups[] = {GROUP("", common),       GROUP("shm", shm), GROUP("tcp", tcp),
+                  GROUP("verbs", verbs),   GROUP("mpi", mpi), GROUP("fallback", fallback)};
+#define COUNT(cases) (sizeof(cases) / sizeof(cases[0]))
+    struct CMUnitTest
+        tests[COUNT(common) + COUNT(shm) + COUNT(tcp) + COUNT(verbs) + COUNT(mpi) + COUNT(fallback)];
     size_t n = 0;
 
     signal(SIGPIPE, SIG_IGN);
