@@ -72,6 +72,18 @@ typedef enum pd_plan_cost_model {
     PD_PLAN_COST_PIPEDREAM = 1,
 } pd_plan_cost_model;
 
+/* What to do with a planning graph whose antichain DAG has more states
+ * than the planner holds (NASNet: millions). */
+typedef enum pd_plan_coarsen {
+    /* Merge the nodes of contiguous ranges of a topological order, cutting
+     * where fewest outputs are live (between NASNet's cells), as finely as
+     * keeps the dynamic programs within seconds; the plan says so
+     * (pd_plan.coarsened_from). Graphs that fit are never coarsened. */
+    PD_PLAN_COARSEN_AUTO = 0,
+    /* Refuse such a graph (PD_EINVAL naming the number of states). */
+    PD_PLAN_COARSEN_NONE = 1,
+} pd_plan_coarsen;
+
 /* What to solve for. Zero-initialised options plus a cluster are a valid
  * default-model request without a memory limit. */
 typedef struct pd_plan_options {
@@ -95,6 +107,9 @@ typedef struct pd_plan_options {
     /* Merge chains inside branches before solving (PipeDream's
      * compress_graph_branches), so that branchy models stay tractable. */
     bool collapse_branches;
+    /* Graphs with too many antichain states: coarsened (the default) or
+     * refused. */
+    pd_plan_coarsen coarsen;
 } pd_plan_options;
 
 /* Which term of a stage's time per minibatch is the largest. */
@@ -107,6 +122,18 @@ typedef enum pd_plan_term {
     PD_PLAN_TERM_MEMORY,      /* (never a time term; used to say why a plan was refused) */
 } pd_plan_term;
 
+/* 1F1B's warm-up forwards per replica of each of `n_stages` stages with
+ * the given replicas (pd_sched_generate uses it): 1 at the last stage, and
+ * upstream one more than it takes to cover, shared among the stage's
+ * replicas, every minibatch in flight at the next stage:
+ * w_s = 1 + ceil(w_{s+1} r_{s+1} / r_s). This is PipeDream's NOAM,
+ * ceil(workers of stages s.. / r_s), whenever the divisions below are
+ * exact (unreplicated pipelines, 15-1, 2-2, ...); where one rounds up
+ * (1-2-1: 5 at stage 0, not 4) NOAM falls short of what a rank needs to
+ * never wait when every stage takes its replicas' share of the time per
+ * minibatch (docs/simulator.md). */
+void pd_plan_1f1b_in_flight(int n_stages, const int *replicas, int *in_flight);
+
 /* Short lower-case name of a term ("compute", "sync", ...). */
 const char *pd_plan_term_name(pd_plan_term term);
 
@@ -116,7 +143,10 @@ typedef struct pd_plan_stage {
     int *layers;   /* profile node indices, increasing (a topological order) */
     int replicas;  /* >= 1 */
     int *ranks;    /* `replicas` worker ranks, increasing */
-    int in_flight; /* minibatches in flight at this stage in 1F1B (NOAM for stage 0) */
+    /* Minibatches in flight at one replica in 1F1B: the schedule's warm-up
+     * (pd_plan_1f1b_in_flight) under the default model, PipeDream's NOAM
+     * count under the pipedream model. */
+    int in_flight;
     /* Predicted, per minibatch (ms): compute of one replica for one
      * minibatch (fwd + bwd; the default model keeps data loading apart as
      * the overlapped PD_PLAN_TERM_DATA), weight synchronisation of one
@@ -153,6 +183,11 @@ typedef struct pd_plan {
     char profile_hash[17];
     char cluster_hash[17];
     char *explanation;          /* with options.explain: why the next-best lost; else NULL */
+    /* When pd_plan_solve coarsened the planning graph: its nodes before
+     * (after branch collapsing) and after. The plan is then the best only
+     * over the cuts between the merged nodes. Both 0 when the graph was
+     * planned as it is (and after pd_plan_evaluate, which plans nothing). */
+    int coarsened_from, coarsened_to;
 } pd_plan;
 
 /* Chooses the best plan of `profile` on `cluster` under `opts` (see the
@@ -182,7 +217,8 @@ void pd_plan_destroy(pd_plan *plan);
 
 /* Writes the plan as JSON (format "pipedream-plan", version 1) atomically:
  * stages with layer names, replicas, ranks, in-flight depth, predicted
- * times and memory; the cluster; the inputs' hashes. PD_EIO on failure. */
+ * times and memory; the cluster; the inputs' hashes; the coarsening, if
+ * any. PD_EIO on failure. */
 pd_status pd_plan_write_json(const pd_plan *plan, const pd_profile *profile, const char *path);
 
 /* Reads a plan file for `profile`: either one written by
@@ -197,7 +233,7 @@ pd_status pd_plan_read_json(const char *path, const pd_profile *profile, pd_plan
 /* Prints the plan as a table: per stage its layers (first..last and
  * count), replicas, compute, sync and communication ms, memory, and the
  * bottleneck term; then the totals and the speedups over one worker and
- * over data parallelism. */
+ * over data parallelism. A coarsened plan says so under its title. */
 void pd_plan_print(const pd_plan *plan, const pd_profile *profile, FILE *out);
 
 /* Writes the plan's JSON document (as pd_plan_write_json) to a stream.

@@ -21,7 +21,7 @@ typedef struct plan_args {
     pd_cli_inputs in;
     const char *override, *output;
     pd_plan_options opts;
-    bool memory_given, optimizer_state_given, json;
+    bool memory_given, optimizer_state_given, coarsen_given, json;
 } plan_args;
 
 enum {
@@ -34,6 +34,7 @@ enum {
     OPT_COMPRESSION,
     OPT_NO_FEWER_WORKERS,
     OPT_COLLAPSE,
+    OPT_COARSEN,
     OPT_EXPLAIN,
     OPT_OVERRIDE,
     OPT_JSON,
@@ -92,6 +93,10 @@ static void usage(FILE *out)
             "                          divided by R (without it they are not counted)\n"
             "  --collapse-branches     merge chains inside branches first (PipeDream's\n"
             "                          compress_graph_branches; for branchy models)\n"
+            "  --coarsen auto|none     a graph with too many antichain states (NASNet):\n"
+            "                          merge ranges of its layers, cutting where fewest\n"
+            "                          activations are live, and say so (auto, default),\n"
+            "                          or refuse it (none)\n"
             "  --explain               say why the next-best alternative lost\n"
             "  --override PLAN         evaluate this plan file instead of solving\n"
             "  -o, --output FILE       write the plan to FILE (*.plan.json)\n"
@@ -138,6 +143,20 @@ static int parse_memory(const char *text, double *out)
     return 0;
 }
 
+/* --coarsen auto|none. */
+static int parse_coarsen(const char *text, pd_plan_coarsen *out)
+{
+    if (strcmp(text, "auto") == 0)
+        *out = PD_PLAN_COARSEN_AUTO;
+    else if (strcmp(text, "none") == 0)
+        *out = PD_PLAN_COARSEN_NONE;
+    else {
+        pd_cli_error("plan: --coarsen: '%s' is not auto or none", text);
+        return -1;
+    }
+    return 0;
+}
+
 /* The first option given that the chosen mode ignores, or NULL. */
 static const char *misplaced_option(const plan_args *a)
 {
@@ -146,6 +165,7 @@ static const char *misplaced_option(const plan_args *a)
     if (a->override)
         return o->explain                     ? "--explain"
                : o->collapse_branches         ? "--collapse-branches"
+               : a->coarsen_given             ? "--coarsen"
                : !o->allow_fewer_workers      ? "--no-fewer-workers"
                : o->straight_pipeline         ? "--straight-pipeline"
                : o->use_memory_constraint     ? "--use-memory-constraint"
@@ -178,6 +198,7 @@ static int parse_args(int argc, char **argv, plan_args *a)
         {"activation-compression-ratio", required_argument, NULL, OPT_COMPRESSION},
         {"no-fewer-workers", no_argument, NULL, OPT_NO_FEWER_WORKERS},
         {"collapse-branches", no_argument, NULL, OPT_COLLAPSE},
+        {"coarsen", required_argument, NULL, OPT_COARSEN},
         {"explain", no_argument, NULL, OPT_EXPLAIN},
         {"override", required_argument, NULL, OPT_OVERRIDE},
         {"output", required_argument, NULL, 'o'},
@@ -214,6 +235,10 @@ static int parse_args(int argc, char **argv, plan_args *a)
             break;
         case OPT_NO_FEWER_WORKERS: a->opts.allow_fewer_workers = false; break;
         case OPT_COLLAPSE: a->opts.collapse_branches = true; break;
+        case OPT_COARSEN:
+            bad = parse_coarsen(optarg, &a->opts.coarsen);
+            a->coarsen_given = true;
+            break;
         case OPT_EXPLAIN: a->opts.explain = true; break;
         case OPT_OVERRIDE: a->override = optarg; break;
         case 'o': a->output = optarg; break;

@@ -527,15 +527,23 @@ static void states_fill_one(pd_plan_states *s, int j, const ac_enum *e, int d, u
     int n_prefix = bits_list(prefix, words, nodes);
     for (int i = 0; i < n_prefix; i++) {
         int v = nodes[i];
+        pd_plan_exit one;
+        const pd_plan_exit *exits;
+        int n_exits = pd_plan_graph_exits(g, v, &one, &exits);
         s->compute_ms[j] += g->fwd_ms[v] + g->bwd_ms[v];
         s->act_bytes[j] += g->act_bytes[v];
         s->par_bytes[j] += g->par_bytes[v];
-        for (int k = 0; k < g->n_out[v]; k++)
-            if (!bit_get(prefix, g->out[v][k])) {
-                s->cut_bytes[j] += g->act_bytes[v];
-                break;
-            }
+        for (int x = 0; x < n_exits; x++)
+            for (int k = 0; k < exits[x].n_to; k++)
+                if (!bit_get(prefix, exits[x].to[k])) {
+                    s->cut_bytes[j] += exits[x].bytes;
+                    break;
+                }
     }
+    /* A coarsened node's activation sums all its members' outputs, most of
+     * them read inside it: what is live after its cut is what crosses. */
+    if (g->exits)
+        s->out_act_bytes[j] = s->cut_bytes[j];
 }
 
 /* Antichains, prefixes and sums of all states, renumbered. */
@@ -636,7 +644,7 @@ pd_status pd_plan_states_build(const pd_plan_graph *g, pd_plan_states **out)
         if (pd_plan_states_count(g, ENUM_REPORT_LIMIT, &count) == PD_OK)
             st = PD_ERROR(PD_EINVAL,
                           "antichain states: the graph has %s%d, more than the %d the planner can hold; "
-                          "collapse its branches first",
+                          "collapse its branches first, or coarsen it",
                           count > ENUM_REPORT_LIMIT ? "more than " : "",
                           count > ENUM_REPORT_LIMIT ? ENUM_REPORT_LIMIT : count, PD_PLAN_MAX_STATES);
     }

@@ -16,15 +16,20 @@
  *             under round-robin routing (minibatch b: replica b mod r)
  *   time    = max(work, data, recv, send): the runtime overlaps
  *             communication and data loading with compute.
- * Memory per replica with n = ceil(workers of s and later stages / r)
- * minibatches in flight (1F1B): weights x (n + 1) versions (the weight
- * ring), stashed activations (the stage's outputs and its input) x n, and
- * optimizer state (factor x weights). */
+ * Memory per replica with n minibatches in flight: weights x (n + 1)
+ * versions (the weight ring), stashed activations (the stage's outputs and
+ * its input) x n, and optimizer state (factor x weights). A plan's n per
+ * stage is the 1F1B schedule's warm-up, n_s = 1 + ceil(n_{s+1} r_{s+1} /
+ * r_s) (pd_plan_1f1b_in_flight, what the runtime runs); the dynamic
+ * program prices stages with PipeDream's NOAM, ceil(workers of s and later
+ * stages / r_s), never more than that (default_dp.c). */
 #include "config.h"
 
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
+
+#include <pipedream/sched.h>
 
 #include "plan/plan_int.h"
 
@@ -36,6 +41,12 @@ double pd_plan_default_transfer_ms(double cut_bytes, int replicas, double bandwi
 int pd_plan_default_in_flight(int workers_from_stage, int replicas)
 {
     return (workers_from_stage + replicas - 1) / replicas;
+}
+
+int pd_plan_default_in_flight_bound(int workers_from_stage, int replicas)
+{
+    int later = workers_from_stage - replicas;
+    return later <= 0 ? 1 : 1 + (2 * later - 1 + replicas - 1) / replicas;
 }
 
 double pd_plan_default_memory_bytes(const pd_plan_default_load *load, int in_flight, const pd_plan_options *opts)
@@ -206,19 +217,22 @@ pd_status pd_plan_default_fill(const pd_profile *profile, const pd_plan_graph *g
     int n_st = plan->n_stages, workers = pd_plan_cluster_workers(&plan->cluster);
     pd_plan_default_load *load = calloc((size_t)n_st, sizeof(*load));
     double *cut = calloc((size_t)n_st + 1, sizeof(*cut)), all_act = 0;
+    int *replicas = calloc((size_t)n_st + 1, sizeof(int)), *in_flight = calloc((size_t)n_st + 1, sizeof(int));
     pd_status s = PD_OK;
 
     if (n_st < 1) {
         s = PD_ERROR(PD_EINVAL, "the plan has no stages");
         goto out_free;
     }
-    if (!load || !cut) {
+    if (!load || !cut || !replicas || !in_flight) {
         s = PD_ERROR(PD_ENOMEM, "out of host memory evaluating a plan");
         goto out_free;
     }
     for (int v = 0; v < g->n; v++) {
-        int k = node_stage[v], last = k;
+        int k = node_stage[v], n_exits;
         double act = pd_plan_default_node_activation(profile, g, v);
+        pd_plan_exit one;
+        const pd_plan_exit *exits;
         all_act += act;
         if (k < 0 || k >= n_st) {
             s = PD_ERROR(PD_EINVAL, "layer '%s' is in no stage of the plan",
@@ -228,12 +242,16 @@ pd_status pd_plan_default_fill(const pd_profile *profile, const pd_plan_graph *g
         load[k].compute_ms += g->fwd_ms[v] + g->bwd_ms[v];
         load[k].weight_bytes += g->par_bytes[v];
         load[k].activation_bytes += act;
-        /* The output crosses every cut up to its last consumer's stage
+        /* Each output crosses every cut up to its last reader's stage
          * (stages in between forward it). */
-        for (int e = 0; e < g->n_out[v]; e++)
-            last = node_stage[g->out[v][e]] > last ? node_stage[g->out[v][e]] : last;
-        for (int c = k + 1; c <= last; c++)
-            cut[c] += g->act_bytes[v];
+        n_exits = pd_plan_graph_exits(g, v, &one, &exits);
+        for (int x = 0; x < n_exits; x++) {
+            int last = k;
+            for (int e = 0; e < exits[x].n_to; e++)
+                last = node_stage[exits[x].to[e]] > last ? node_stage[exits[x].to[e]] : last;
+            for (int c = k + 1; c <= last; c++)
+                cut[c] += exits[x].bytes;
+        }
     }
     load[0].data_ms = g->data_loading_ms;
     load[0].activation_bytes += pd_plan_default_input_bytes(profile, g);
@@ -249,6 +267,10 @@ pd_status pd_plan_default_fill(const pd_profile *profile, const pd_plan_graph *g
     plan->workers_used = 0;
     plan->time_ms = 0;
     plan->bottleneck_stage = 0;
+    /* Memory for the minibatches the runtime's schedule really holds. */
+    for (int k = 0; k < n_st; k++)
+        replicas[k] = plan->stages[k].replicas;
+    pd_plan_1f1b_in_flight(n_st, replicas, in_flight);
     for (int k = n_st - 1; k >= 0; k--) {
         pd_plan_stage *st = &plan->stages[k];
         int level = span_level(&plan->cluster, st->ranks, st->replicas);
@@ -258,7 +280,7 @@ pd_status pd_plan_default_fill(const pd_profile *profile, const pd_plan_graph *g
             load[k].sync_latency_s = plan->cluster.levels[level].latency_s;
         }
         plan->workers_used += st->replicas;
-        pd_plan_default_stage_cost(&load[k], pd_plan_default_in_flight(plan->workers_used, st->replicas), opts, st);
+        pd_plan_default_stage_cost(&load[k], in_flight[k], opts, st);
     }
     for (int k = 0; k < n_st; k++)
         if (plan->stages[k].time_ms > plan->time_ms) {
@@ -271,6 +293,8 @@ pd_status pd_plan_default_fill(const pd_profile *profile, const pd_plan_graph *g
 out_free:
     free(load);
     free(cut);
+    free(replicas);
+    free(in_flight);
     return s;
 }
 

@@ -17,15 +17,26 @@
  *
  * With one or two levels (here) the top level's cuts are part of the
  * state, and one pass over the states solves suffixes exactly: the workers
- * after a stage are known (its minibatches in flight, hence its memory),
- * and each cut's transfer 2X / (B min(R_a, R_b)) + 2 latency is charged
- * with the replicas of both sides known. One approximation remains: the
- * groups of later top-level stages count as fully used, so when they leave
- * workers idle (allow_fewer_workers) the in-flight counts and memory of the
- * earlier stages are overestimated and a plan that fits may be refused
- * (never the reverse). Three levels or more go level by level
+ * after a stage are known (its NOAM in flight), and each cut's transfer
+ * 2X / (B min(R_a, R_b)) + 2 latency is charged with the replicas of both
+ * sides known. With NOAM's counts one approximation remains: the groups of
+ * later top-level stages count as fully used, so when they leave workers
+ * idle (allow_fewer_workers) the in-flight counts of the earlier stages are
+ * overestimated (the exact pass below has no such approximation). Three
+ * levels or more go level by level
  * (default_levels.c). The chosen plan is then evaluated exactly
- * (pd_plan_default_fill). */
+ * (pd_plan_default_fill).
+ *
+ * Memory depends on the minibatches a stage holds in flight: in a plan,
+ * the runtime's 1F1B warm-up (pd_plan_1f1b_in_flight), which depends on
+ * every later stage's replicas. Under a memory limit with one or two levels
+ * the one pass runs with those counts in its state (default_exact.c).
+ * Otherwise stages are priced with PipeDream's NOAM, which the state knows
+ * (the workers after a stage) and which is never higher: when the plan
+ * found fits with the schedule's counts, no faster plan fits; when it does
+ * not, the program runs again with the counts raised by a margin, up to a
+ * bound no schedule exceeds, and the plan found says that it may not be the
+ * fastest that fits (refit). */
 #include "config.h"
 
 #include <limits.h>
@@ -85,6 +96,7 @@ static pd_status pass_alloc(const pd_plan_dp *d, pd_plan_dp_pass *f)
 static void dp_free(pd_plan_dp *d)
 {
     pass_free(&d->fl);
+    pd_plan_exact_free(d);
     pd_plan_levels_free(d);
     free(d->comp);
     free(d->par);
@@ -164,10 +176,10 @@ fail:
     return PD_ERROR(PD_ENOMEM, "plan: out of host memory for the default model's dynamic program");
 }
 
-/* Sets up the dynamic program; `tables`: by level even with one or two
- * levels (tests compare the two ways). */
+/* Sets up the dynamic program `method` names (PD_PLAN_DP_SOLVER: the
+ * exact pass where it applies). */
 static pd_status dp_init(pd_plan_dp *d, const pd_profile *profile, const pd_plan_graph *g, const pd_plan_states *s,
-                         const pd_plan_cluster *cluster, const pd_plan_options *opts, bool tables)
+                         const pd_plan_cluster *cluster, const pd_plan_options *opts, pd_plan_dp_method method)
 {
     long long workers = 1;
 
@@ -192,10 +204,11 @@ static pd_status dp_init(pd_plan_dp *d, const pd_profile *profile, const pd_plan
         return PD_ERROR(PD_ENOMEM, "plan: out of host memory for the default model's dynamic program");
     dp_prefix_sums(d);
     PD_CHECK(dp_pairs(d));
-    d->one_pass = d->levels <= 2 && !tables;
-    if (d->one_pass)
-        return pass_alloc(d, &d->fl);
-    return pd_plan_levels_init(d);
+    d->one_pass = d->levels <= 2 && method != PD_PLAN_DP_NOAM_BY_LEVEL;
+    if (!d->one_pass)
+        return pd_plan_levels_init(d);
+    PD_CHECK(pass_alloc(d, &d->fl));
+    return d->limit && method == PD_PLAN_DP_SOLVER ? pd_plan_exact_init(d) : PD_OK;
 }
 
 void pd_plan_span_list_free(pd_plan_span_list *l)
@@ -227,6 +240,21 @@ pd_status pd_plan_span_list_add(pd_plan_span_list *l, int x, int z, const long l
             ranks[b * r + q] = (int)(bases[b] + offset + q);
     l->spans[l->n++] = (pd_plan_span){.from_state = x - 1, .to_state = z - 1, .n_ranks = n_bases * r, .ranks = ranks};
     return PD_OK;
+}
+
+pd_status pd_plan_span_list_add_groups(pd_plan_span_list *l, int x, int z, int group, int c, int f0, int offset,
+                                       int r)
+{
+    long long *bases = malloc(sizeof(long long) * (size_t)c);
+    pd_status s;
+
+    if (!bases)
+        return PD_ERROR(PD_ENOMEM, "plan: out of host memory");
+    for (int g = 0; g < c; g++)
+        bases[g] = (long long)(group + g) * f0;
+    s = pd_plan_span_list_add(l, x, z, bases, c, offset, r);
+    free(bases);
+    return s;
 }
 
 /* ---- one or two levels: the whole pipeline in one pass ---- */
@@ -267,30 +295,15 @@ static void pass_state(pd_plan_dp *d, pd_plan_dp_pass *f, int x, bool memory, in
         int z = d->succ[e];
         if (d->nz[z] == d->nz[x] || (x == 0 && z == exclude_z))
             continue;
-        pd_plan_default_load load = {
-            .compute_ms = d->comp[z] - d->comp[x],
-            .weight_bytes = d->par[z] - d->par[x],
-            .activation_bytes = d->act[z] - d->act[x] + (x == 0 ? d->input_bytes : d->cut[x]),
-            .data_ms = x == 0 ? d->g->data_loading_ms : 0,
-        };
+        pd_plan_default_load load = dp_load(d, x, z);
         /* Memory per replica does not depend on the replicas: the most
          * minibatches the stage may hold is the pair's. */
         int cap = d->limit && !memory ? pd_plan_default_max_in_flight(&load, opts) : INT_MAX;
         /* The stage's time on c copies of r workers; when it ends its
          * top-level stage before the end, its half of the transfer over
          * the top level is added below. */
-        for (int c = 1; c <= f1 && !memory; c++)
-            for (int r = 1; r <= f0; r++) {
-                int level = c > 1 ? f->outer : r > 1 ? 0 : -1;
-                pd_plan_stage st;
-                load.replicas = c * r;
-                if (level >= 0) {
-                    load.sync_bandwidth = d->cluster->levels[level].bandwidth_bytes_per_s;
-                    load.sync_latency_s = d->cluster->levels[level].latency_s;
-                }
-                pd_plan_default_stage_cost(&load, 1, opts, &st);
-                price[c * F0 + r] = st.time_ms;
-            }
+        if (!memory)
+            dp_prices(d, &load, f0, f1, f->outer, price);
         for (int M = 0; M < f1; M++)
             for (int c = 1; c + M <= f1; c++) {
                 /* The stage ends its top-level stage: what follows starts
@@ -298,7 +311,7 @@ static void pass_state(pd_plan_dp *d, pd_plan_dp_pass *f, int x, bool memory, in
                 double next = z == last ? (M == 0 ? 0 : PD_PLAN_DP_NONE) : f->top[(size_t)z * f->F1 + M];
                 if (next != PD_PLAN_DP_NONE)
                     for (int r = 1; r <= f0; r++) {
-                        int in_flight = pd_plan_default_in_flight(c * r + f0 * M, c * r);
+                        int in_flight = dp_in_flight(d, c * r + f0 * M, c * r);
                         double v = stage_value(&load, opts, memory, in_flight, cap, price[c * F0 + r]);
                         if (v == PD_PLAN_DP_NONE)
                             continue;
@@ -317,7 +330,7 @@ static void pass_state(pd_plan_dp *d, pd_plan_dp_pass *f, int x, bool memory, in
                         double h = inner[(m - r) * F0 + r], v;
                         if (h == PD_PLAN_DP_NONE)
                             continue;
-                        v = stage_value(&load, opts, memory, pd_plan_default_in_flight(c * m + f0 * M, c * r), cap,
+                        v = stage_value(&load, opts, memory, dp_in_flight(d, c * m + f0 * M, c * r), cap,
                                         price[c * F0 + r]);
                         if (v == PD_PLAN_DP_NONE)
                             continue;
@@ -420,15 +433,7 @@ static pd_status pass_rebuild(const pd_plan_dp *d, const pd_plan_dp_pass *f, pd_
 
     for (;;) {
         int code = f->a_z[pass_cell(f, x, M, c, m, r)], z = code < 0 ? -code - 1 : code;
-        long long *bases = malloc(sizeof(long long) * (size_t)c);
-        pd_status s;
-        if (!bases)
-            return PD_ERROR(PD_ENOMEM, "plan: out of host memory");
-        for (int g = 0; g < c; g++)
-            bases[g] = (long long)(group + g) * f->f0;
-        s = pd_plan_span_list_add(out, x, z, bases, c, offset, r);
-        free(bases);
-        PD_CHECK(s);
+        PD_CHECK(pd_plan_span_list_add_groups(out, x, z, group, c, f->f0, offset, r));
         if (z == d->n - 1)
             return PD_OK;
         if (code < 0) {
@@ -454,6 +459,8 @@ static pd_status pass_rebuild(const pd_plan_dp *d, const pd_plan_dp_pass *f, pd_
  * more, the first stage of the top level). */
 static pd_status solve_top(pd_plan_dp *d, bool memory, int exclude_z, double *value)
 {
+    if (d->exact && !memory)
+        return pd_plan_exact_solve(d, exclude_z, value);
     if (d->one_pass)
         return pass_solve(d, &d->fl, memory, exclude_z, value);
     return pd_plan_levels_solve(d, memory, exclude_z, value);
@@ -469,7 +476,9 @@ static pd_status make_plan(pd_plan_dp *d, bool memory, int exclude_z, pd_plan *p
 
     if (!node_stage)
         return PD_ERROR(PD_ENOMEM, "plan: out of host memory");
-    if (d->one_pass)
+    if (d->exact && !memory)
+        PD_CHECK_GOTO(pd_plan_exact_rebuild(d, &spans), s, out_free);
+    else if (d->one_pass)
         PD_CHECK_GOTO(pass_rebuild(d, &d->fl, &spans), s, out_free);
     else
         PD_CHECK_GOTO(pd_plan_levels_rebuild(d, memory, exclude_z, &spans), s, out_free);
@@ -542,6 +551,8 @@ static void append_plan(const pd_plan_dp *d, char **text, const pd_plan *p)
  * more) of the plan the last solve_top chose. */
 static int top_first_cut(const pd_plan_dp *d)
 {
+    if (d->exact)
+        return pd_plan_exact_first_cut(d);
     if (d->one_pass) {
         int code = d->fl.a_z[d->fl.start_pick];
         return code < 0 ? -code - 1 : code;
@@ -655,14 +666,82 @@ out_free:
     return s;
 }
 
+/* The first stage of p over the memory limit, or -1. */
+static int over_memory(const pd_plan_dp *d, const pd_plan *p)
+{
+    for (int k = 0; d->limit && k < p->n_stages; k++)
+        if (p->stages[k].memory_bytes > d->opts->memory_bytes)
+            return k;
+    return -1;
+}
+
+/* The plan chosen with NOAM's in-flight counts does not fit with the
+ * schedule's (stage `worst`): solve again with the counts raised by a
+ * margin (1, 2, 4, ..., up to pd_plan_default_in_flight_bound, which no
+ * schedule exceeds) until the plan fits, and say in *note that it may not
+ * be the fastest that does. PD_ENOTFOUND when none fits even then. */
+static pd_status refit(pd_plan_dp *d, pd_plan *plan, int worst, char **note)
+{
+    const pd_plan_stage *st = &plan->stages[worst];
+    int workers = pd_plan_cluster_workers(d->cluster);
+    double noam_ms = plan->time_ms, best;
+    char stage[512], first[1024];
+
+    describe_stage(d, plan, worst, stage, sizeof(stage));
+    snprintf(first, sizeof(first),
+             "the fastest plan with NOAM's in-flight counts (%.6g ms per minibatch) does not fit once the 1F1B "
+             "schedule's are used: %s holds %d minibatches in flight and needs %.3g GB of %.3g",
+             noam_ms, stage, st->in_flight, st->memory_bytes / 1e9, d->opts->memory_bytes / 1e9);
+    for (int margin = 1;; margin = margin >= workers ? 2 * workers : 2 * margin) {
+        d->margin = margin;
+        if (!d->one_pass)
+            pd_plan_levels_forget(d);
+        PD_CHECK(solve_top(d, false, -1, &best));
+        if (best == PD_PLAN_DP_NONE)
+            break;
+        PD_CHECK(make_plan(d, false, -1, plan));
+        if (over_memory(d, plan) < 0) {
+            append(note, "note: %s; this plan, chosen with up to %d more in flight per stage, fits but may not be "
+                   "the fastest that does", first, margin);
+            return PD_OK;
+        }
+        if (margin >= 2 * workers)
+            break;
+    }
+    return PD_ERROR(PD_ENOTFOUND, "no plan fits in %.3g GB of device memory per worker: %s, and no plan priced with "
+                    "more in flight fits", d->opts->memory_bytes / 1e9, first);
+}
+
+/* The cluster the program solves on: under a memory limit, `cluster`
+ * without its levels of fanout 1 (they join no two ranks, so ranks, links
+ * and times stay the same), so that three levels of which one is 1-wide
+ * get the exact pass of two; otherwise `cluster` itself. */
+static const pd_plan_cluster *solver_cluster(const pd_plan_cluster *cluster, const pd_plan_options *opts,
+                                             pd_plan_cluster *squeezed)
+{
+    if (!(opts->memory_bytes > 0) || cluster->n_levels <= 2)
+        return cluster;
+    *squeezed = (pd_plan_cluster){0};
+    for (int l = 0; l < cluster->n_levels; l++)
+        if (cluster->levels[l].fanout > 1)
+            squeezed->levels[squeezed->n_levels++] = cluster->levels[l];
+    if (squeezed->n_levels == 0)
+        squeezed->levels[squeezed->n_levels++] = cluster->levels[0];
+    return squeezed;
+}
+
 pd_status pd_plan_solve_default(const pd_profile *profile, const pd_plan_graph *g, const pd_plan_states *s,
                                 const pd_plan_cluster *cluster, const pd_plan_options *opts, pd_plan *plan)
 {
+    pd_plan_cluster squeezed;
     pd_plan_dp d;
     double best;
+    char *note = NULL;
+    int worst;
     pd_status st;
 
-    PD_CHECK_GOTO(dp_init(&d, profile, g, s, cluster, opts, false), st, out_free);
+    PD_CHECK_GOTO(dp_init(&d, profile, g, s, solver_cluster(cluster, opts, &squeezed), opts, PD_PLAN_DP_SOLVER), st,
+                  out_free);
     if (d.nz[d.n - 1] == 0) {
         st = PD_ERROR(PD_EINVAL, "profile '%s' has no layer with compute time to plan",
                       pd_profile_get_info(profile)->model);
@@ -677,20 +756,42 @@ pd_status pd_plan_solve_default(const pd_profile *profile, const pd_plan_graph *
         goto out_free;
     }
     PD_CHECK_GOTO(make_plan(&d, false, -1, plan), st, out_free);
+    /* The exact pass checked memory with the plan's own counts; NOAM's
+     * never exceed them, so a plan found with NOAM's that fits with the
+     * schedule's is the fastest that does. */
+    if ((worst = over_memory(&d, plan)) >= 0) {
+        if (d.exact) {
+            st = PD_ERROR(PD_ESTATE, "internal error: the default model's plan needs %.6g bytes at stage %d, over "
+                          "the %.6g it was solved for", plan->stages[worst].memory_bytes, worst,
+                          opts->memory_bytes);
+            goto out_free;
+        }
+        PD_CHECK_GOTO(refit(&d, plan, worst, &note), st, out_free);
+    }
     if (opts->explain)
         PD_CHECK_GOTO(explain(&d, plan, top_first_cut(&d)), st, out_free);
+    if (note) {
+        if (plan->explanation)
+            append(&plan->explanation, "\n");
+        append(&plan->explanation, "%s", note);
+    }
 out_free:
+    free(note);
     dp_free(&d);
     return st;
 }
 
 pd_status pd_plan_default_dp_ms(const pd_profile *profile, const pd_plan_graph *g, const pd_plan_states *s,
-                                const pd_plan_cluster *cluster, const pd_plan_options *opts, bool by_level, double *ms)
+                                const pd_plan_cluster *cluster, const pd_plan_options *opts,
+                                pd_plan_dp_method method, double *ms)
 {
     pd_plan_dp d;
+    pd_plan_cluster squeezed;
     pd_status st;
 
-    PD_CHECK_GOTO(dp_init(&d, profile, g, s, cluster, opts, by_level), st, out_free);
+    if (method == PD_PLAN_DP_SOLVER)
+        cluster = solver_cluster(cluster, opts, &squeezed);
+    PD_CHECK_GOTO(dp_init(&d, profile, g, s, cluster, opts, method), st, out_free);
     st = solve_top(&d, false, -1, ms);
 out_free:
     dp_free(&d);

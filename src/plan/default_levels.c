@@ -68,24 +68,13 @@ static void level0_prices(pd_plan_dp *d, const pd_plan_dp_key *k)
     for (int x = 0; x < d->n - 1; x++)
         for (int e = d->succ_off[x]; e < d->succ_off[x + 1]; e++) {
             int z = d->succ[e];
-            pd_plan_default_load load = {
-                .compute_ms = d->comp[z] - d->comp[x],
-                .weight_bytes = d->par[z] - d->par[x],
-                .activation_bytes = d->act[z] - d->act[x] + (x == 0 ? d->input_bytes : d->cut[x]),
-                .data_ms = x == 0 ? d->g->data_loading_ms : 0,
-            };
+            pd_plan_default_load load = dp_load(d, x, z);
             /* Memory per replica does not depend on the replicas. */
             d->cap[e] = limit ? pd_plan_default_max_in_flight(&load, d->opts) : INT_MAX;
             for (int r = 1; r <= f; r++) {
                 int sync_level = r > 1 && k->span < 0 ? 0 : k->span;
-                pd_plan_stage st;
-                load.replicas = k->copies * r;
-                if (sync_level >= 0) {
-                    load.sync_bandwidth = d->cluster->levels[sync_level].bandwidth_bytes_per_s;
-                    load.sync_latency_s = d->cluster->levels[sync_level].latency_s;
-                }
-                pd_plan_default_stage_cost(&load, 1, d->opts, &st);
-                d->own[(size_t)e * f + r - 1] = d->nz[z] > d->nz[x] ? st.time_ms : PD_PLAN_DP_NONE;
+                double t = dp_price(d, &load, k->copies * r, sync_level);
+                d->own[(size_t)e * f + r - 1] = d->nz[z] > d->nz[x] ? t : PD_PLAN_DP_NONE;
             }
         }
 }
@@ -112,7 +101,7 @@ static void level0_end(pd_plan_dp *d, const pd_plan_dp_key *k, int y, int exclud
     for (int r = 1; r <= f; r++) {
         send_ms[r] = send ? dp_transfer(d, d->cut[y], k->copies * r, k->lev_out) : 0;
         for (int m = r; m <= f; m++)
-            in_flight[m * F + r] = pd_plan_default_in_flight(k->copies * m + k->down, k->copies * r);
+            in_flight[m * F + r] = dp_in_flight(d, k->copies * m + k->down, k->copies * r);
     }
     for (int i = nx - 1; i >= 0; i--) {
         int x = xs[i];
@@ -129,13 +118,7 @@ static void level0_end(pd_plan_dp *d, const pd_plan_dp_key *k, int y, int exclud
             const double *via = lv->via + (size_t)lv->slot[z] * FF;
             const double *own = d->own + (size_t)e * f - 1;
             int cap = d->cap[e];
-            pd_plan_default_load load = {0};
-            if (k->memory)
-                load = (pd_plan_default_load){
-                    .compute_ms = d->comp[z] - d->comp[x],
-                    .weight_bytes = d->par[z] - d->par[x],
-                    .activation_bytes = d->act[z] - d->act[x] + (x == 0 ? d->input_bytes : d->cut[x]),
-                };
+            pd_plan_default_load load = dp_load(d, x, z);
             for (int r = 1; r <= f; r++) {
                 double price = 0;
                 if (!k->memory) {
@@ -509,6 +492,13 @@ pd_status pd_plan_levels_init(pd_plan_dp *d)
     return PD_OK;
 }
 
+void pd_plan_levels_forget(pd_plan_dp *d)
+{
+    for (int t = 0; t < d->n_tables; t++)
+        free(d->tables[t].value);
+    d->n_tables = 0;
+}
+
 void pd_plan_levels_free(pd_plan_dp *d)
 {
     for (int l = 0; l < PD_PLAN_MAX_LEVELS; l++) {
@@ -528,8 +518,7 @@ void pd_plan_levels_free(pd_plan_dp *d)
         free(lv->send_ms);
         free(lv->in_flight);
     }
-    for (int t = 0; t < d->n_tables; t++)
-        free(d->tables[t].value);
+    pd_plan_levels_forget(d);
     free(d->tables);
     free(d->own);
     free(d->cap);

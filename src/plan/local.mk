@@ -6,10 +6,13 @@ src_plan_libpd_plan_la_SOURCES = \
 	src/plan/plan.c \
 	src/plan/levels.c \
 	src/plan/plan_graph.c \
+	src/plan/plan_coarsen.c \
 	src/plan/antichain.c \
 	src/plan/stages.c \
+	src/plan/in_flight.c \
 	src/plan/pipedream_dp.c \
 	src/plan/default_dp.c \
+	src/plan/default_exact.c \
 	src/plan/default_levels.c \
 	src/plan/default_cost.c \
 	src/plan/plan_file.c \

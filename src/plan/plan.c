@@ -109,6 +109,8 @@ static pd_status check_options(const pd_plan_options *o)
 {
     if (o->cost_model != PD_PLAN_COST_DEFAULT && o->cost_model != PD_PLAN_COST_PIPEDREAM)
         return PD_ERROR(PD_EINVAL, "plan options: unknown cost model %d", (int)o->cost_model);
+    if (o->coarsen != PD_PLAN_COARSEN_AUTO && o->coarsen != PD_PLAN_COARSEN_NONE)
+        return PD_ERROR(PD_EINVAL, "plan options: unknown coarsening %d", (int)o->coarsen);
     if (!isfinite(o->memory_bytes) || o->memory_bytes < 0)
         return PD_ERROR(PD_EINVAL, "plan options: memory_bytes %g is not a finite number >= 0", o->memory_bytes);
     if (!isfinite(o->optimizer_state_factor) || o->optimizer_state_factor < 0)
@@ -259,6 +261,26 @@ static pd_status set_inputs(pd_plan *plan, const pd_profile *profile, const pd_p
     return PD_OK;
 }
 
+/* Replaces *g by its coarsened form when its antichain DAG has more states
+ * than the planner holds and opts allow it, and says so in the plan. */
+static pd_status coarsen_if_needed(pd_plan_graph **g, const pd_plan_options *opts, pd_plan *plan)
+{
+    pd_plan_graph *coarse;
+    int count;
+
+    if (opts->coarsen == PD_PLAN_COARSEN_NONE)
+        return PD_OK; /* pd_plan_states_build refuses a graph that is too big */
+    PD_CHECK(pd_plan_states_count(*g, PD_PLAN_MAX_STATES, &count));
+    if (count <= PD_PLAN_MAX_STATES)
+        return PD_OK;
+    PD_CHECK(pd_plan_graph_coarsen(*g, PD_PLAN_MAX_STATES, PD_PLAN_COARSEN_PAIRS, &coarse));
+    plan->coarsened_from = (*g)->n;
+    plan->coarsened_to = coarse->n;
+    pd_plan_graph_destroy(*g);
+    *g = coarse;
+    return PD_OK;
+}
+
 pd_status pd_plan_solve(const pd_profile *profile, const pd_plan_cluster *cluster, const pd_plan_options *opts,
                         pd_plan **out)
 {
@@ -284,6 +306,7 @@ pd_status pd_plan_solve(const pd_profile *profile, const pd_plan_cluster *cluste
         pd_plan_graph_destroy(g);
         g = collapsed;
     }
+    PD_CHECK_GOTO(coarsen_if_needed(&g, opts, plan), s, fail);
     PD_CHECK_GOTO(pd_plan_states_build(g, &states), s, fail);
     if (opts->cost_model == PD_PLAN_COST_PIPEDREAM)
         s = pd_plan_solve_pipedream(profile, g, states, cluster, opts, plan);
@@ -324,9 +347,11 @@ pd_status pd_plan_evaluate(const pd_profile *profile, const pd_plan_options *opt
     if (opts->cost_model == PD_PLAN_COST_PIPEDREAM)
         return PD_ERROR(PD_ENOTSUP, "evaluating a given plan is only supported with the default cost model");
     PD_CHECK(set_inputs(plan, profile, &plan->cluster, opts->cost_model));
-    /* An explanation read from a file spoke of the solve that made it. */
+    /* An explanation read from a file spoke of the solve that made it, and
+     * so does its coarsening. */
     free(plan->explanation);
     plan->explanation = NULL;
+    plan->coarsened_from = plan->coarsened_to = 0;
     return pd_plan_evaluate_default(profile, opts, plan);
 }
 

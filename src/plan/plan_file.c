@@ -16,6 +16,7 @@
  *    "time_ms": ..., "single_worker_ms": ..., "data_parallel_ms": ...,
  *    "speedups": {"over_single_worker": ..., "over_data_parallel": ...},
  *    "bottleneck_stage": 0, "profile_hash": "...", "cluster_hash": "...",
+ *    "coarsened": {"from_nodes": 920, "to_nodes": 631},   (only when coarsened)
  *    "explanation": "..."}                                   (only with --explain)
  *
  * A hand-written plan needs only "stages", each with "replicas" and either
@@ -24,6 +25,7 @@
  * the command line, and "levels" may be written as "4x12GB/s,4x10Gb/s". */
 #include "config.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -168,6 +170,12 @@ static json_t *plan_json(const pd_plan *plan, const pd_profile *profile)
     set(root, "bottleneck_stage", json_integer(plan->bottleneck_stage), &ok);
     set(root, "profile_hash", json_string(plan->profile_hash), &ok);
     set(root, "cluster_hash", json_string(plan->cluster_hash), &ok);
+    if (plan->coarsened_from > 0) {
+        json_t *coarsened = json_object();
+        set(coarsened, "from_nodes", json_integer(plan->coarsened_from), &ok);
+        set(coarsened, "to_nodes", json_integer(plan->coarsened_to), &ok);
+        set(root, "coarsened", coarsened, &ok);
+    }
     if (plan->explanation)
         set(root, "explanation", json_string(plan->explanation), &ok);
     if (!ok) {
@@ -527,12 +535,27 @@ static pd_status read_totals(const json_t *root, const char *path, pd_plan *plan
     return PD_OK;
 }
 
+/* "coarsened": {"from_nodes": N, "to_nodes": M} with 1 <= M < N. */
+static pd_status read_coarsened(const json_t *root, const char *path, pd_plan *plan)
+{
+    static const char *const keys[] = {"from_nodes", "to_nodes", NULL};
+    json_t *obj;
+    char where[512];
+
+    PD_CHECK(pd_json_get_object(root, "coarsened", path, &obj));
+    pd_json_where(where, sizeof(where), path, "coarsened", -1);
+    PD_CHECK(pd_json_check_keys(obj, where, keys));
+    PD_CHECK(pd_json_get_int(obj, "from_nodes", where, 2, INT_MAX, &plan->coarsened_from));
+    PD_CHECK(pd_json_get_int(obj, "to_nodes", where, 1, plan->coarsened_from - 1, &plan->coarsened_to));
+    return PD_OK;
+}
+
 static pd_status read_plan(const json_t *root, const char *path, const pd_profile *profile, pd_plan *plan)
 {
     static const char *const keys[] = {"format", "version", "model", "batch", "cost_model", "cluster", "workers",
                                        "workers_used", "stages", "time_ms", "single_worker_ms", "data_parallel_ms",
                                        "speedups", "bottleneck_stage", "profile_hash", "cluster_hash",
-                                       "explanation", NULL};
+                                       "coarsened", "explanation", NULL};
     const char *format, *model, *cost_model, *explanation;
     const char *profile_model = pd_profile_get_info(profile)->model;
     int version, workers, workers_used;
@@ -592,6 +615,8 @@ static pd_status read_plan(const json_t *root, const char *path, const pd_profil
                             workers_used, plan->workers_used);
     }
     PD_CHECK(read_totals(root, path, plan));
+    if (json_object_get(root, "coarsened"))
+        PD_CHECK(read_coarsened(root, path, plan));
     if (json_object_get(root, "explanation")) {
         PD_CHECK(pd_json_get_string(root, "explanation", path, &explanation));
         if (!(plan->explanation = strdup(explanation)))

@@ -30,6 +30,13 @@ void pd_plan_graph_destroy(pd_plan_graph *g)
     }
     for (int d = 0; d < g->n_dropped && g->dropped_in; d++)
         free(g->dropped_in[d]);
+    for (int v = 0; v < g->n && g->exits; v++) {
+        for (int k = 0; g->exits[v] && k < g->n_exits[v]; k++)
+            free(g->exits[v][k].to);
+        free(g->exits[v]);
+    }
+    free(g->n_exits);
+    free(g->exits);
     free(g->fwd_ms);
     free(g->bwd_ms);
     free(g->act_bytes);
@@ -47,9 +54,7 @@ void pd_plan_graph_destroy(pd_plan_graph *g)
     free(g);
 }
 
-/* A graph of n nodes with every per-node array allocated (lists NULL) and
- * room for the given input nodes and dropped sinks. */
-static pd_plan_graph *graph_alloc(int n, int n_inputs, int n_dropped)
+pd_plan_graph *pd_plan_graph_alloc(int n, int n_inputs, int n_dropped)
 {
     pd_plan_graph *g = calloc(1, sizeof(*g));
     if (!g)
@@ -80,9 +85,7 @@ static pd_plan_graph *graph_alloc(int n, int n_inputs, int n_dropped)
     return g;
 }
 
-/* Fills the output lists from the input lists: each in increasing order of
- * the consumer (an edge given twice appears twice). */
-static pd_status graph_fill_outputs(pd_plan_graph *g)
+pd_status pd_plan_graph_fill_outputs(pd_plan_graph *g)
 {
     int *fill = calloc((size_t)(g->n > 0 ? g->n : 1), sizeof(int));
     if (!fill)
@@ -207,13 +210,13 @@ pd_status pd_plan_graph_from_profile(const pd_profile *profile, pd_plan_graph **
         st = PD_ERROR(PD_EINVAL, "profile '%s' has no compute nodes to plan", pd_profile_get_info(profile)->model);
         goto out_free;
     }
-    g = graph_alloc(n, n_inputs, n_dropped);
+    g = pd_plan_graph_alloc(n, n_inputs, n_dropped);
     if (!g) {
         st = PD_ERROR(PD_ENOMEM, "plan graph: out of memory");
         goto out_free;
     }
     PD_CHECK_GOTO(graph_copy_nodes(g, profile, node_of), st, out_free);
-    PD_CHECK_GOTO(graph_fill_outputs(g), st, out_free);
+    PD_CHECK_GOTO(pd_plan_graph_fill_outputs(g), st, out_free);
     *out = g;
     g = NULL;
 out_free:
@@ -295,9 +298,7 @@ static pd_status collapse_groups(const pd_plan_graph *g, int *group, int *n_grou
     return PD_OK;
 }
 
-/* Merges graph node `v` into new node `w` of `c`: times and weights add up,
- * members join; the activation is the last (highest) member's. */
-static pd_status collapse_add_member(pd_plan_graph *c, int w, const pd_plan_graph *g, int v)
+pd_status pd_plan_graph_add_member(pd_plan_graph *c, int w, const pd_plan_graph *g, int v)
 {
     int *m = realloc(c->members[w], sizeof(int) * (size_t)(c->n_members[w] + g->n_members[v]));
     if (!m)
@@ -308,7 +309,6 @@ static pd_status collapse_add_member(pd_plan_graph *c, int w, const pd_plan_grap
     c->fwd_ms[w] += g->fwd_ms[v];
     c->bwd_ms[w] += g->bwd_ms[v];
     c->par_bytes[w] += g->par_bytes[v];
-    c->act_bytes[w] = g->act_bytes[v];
     return PD_OK;
 }
 
@@ -335,8 +335,7 @@ static pd_status collapse_inputs(pd_plan_graph *c, const pd_plan_graph *g, const
     return PD_OK;
 }
 
-/* Copies the input nodes and the dropped sinks of g into c, renumbered. */
-static pd_status collapse_copy_extras(pd_plan_graph *c, const pd_plan_graph *g, const int *new_of)
+pd_status pd_plan_graph_copy_extras(pd_plan_graph *c, const pd_plan_graph *g, const int *new_of)
 {
     c->data_loading_ms = g->data_loading_ms;
     memcpy(c->inputs, g->inputs, sizeof(int) * (size_t)g->n_inputs);
@@ -389,18 +388,22 @@ pd_status pd_plan_graph_collapse_branches(const pd_plan_graph *g, pd_plan_graph 
         goto out_free;
     }
     n = collapse_numbering(g, group, n_groups, new_of, group_new);
-    c = graph_alloc(n, g->n_inputs, g->n_dropped);
+    c = pd_plan_graph_alloc(n, g->n_inputs, g->n_dropped);
     if (!c) {
         st = PD_ERROR(PD_ENOMEM, "plan graph: out of memory");
         goto out_free;
     }
-    for (int v = 0; v < g->n; v++)
-        PD_CHECK_GOTO(collapse_add_member(c, new_of[v], g, v), st, out_free);
+    /* Members come in increasing order: the last one's output is the
+     * chain's. */
+    for (int v = 0; v < g->n; v++) {
+        PD_CHECK_GOTO(pd_plan_graph_add_member(c, new_of[v], g, v), st, out_free);
+        c->act_bytes[new_of[v]] = g->act_bytes[v];
+    }
     for (int w = 0; w < n; w++)
         qsort(c->members[w], (size_t)c->n_members[w], sizeof(int), cmp_int);
     PD_CHECK_GOTO(collapse_inputs(c, g, new_of), st, out_free);
-    PD_CHECK_GOTO(graph_fill_outputs(c), st, out_free);
-    PD_CHECK_GOTO(collapse_copy_extras(c, g, new_of), st, out_free);
+    PD_CHECK_GOTO(pd_plan_graph_fill_outputs(c), st, out_free);
+    PD_CHECK_GOTO(pd_plan_graph_copy_extras(c, g, new_of), st, out_free);
     *out = c;
     c = NULL;
 out_free:

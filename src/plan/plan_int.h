@@ -12,14 +12,23 @@
 
 /* ---- the planning graph (plan_graph.c) ---- */
 
+/* One output that leaves a node: its bytes and the nodes that read it. */
+typedef struct pd_plan_exit {
+    double bytes;
+    int n_to;
+    int *to; /* increasing */
+} pd_plan_exit;
+
 /* A profile reduced to what the partitioner needs: the compute nodes (input
  * nodes removed, their forward time kept as data loading; PipeDream's
  * `__getitem__` sinks removed), in the profile's order, each possibly a
- * merge of several profile nodes (branch collapsing). */
+ * merge of several profile nodes (branch collapsing, coarsening). */
 typedef struct pd_plan_graph {
     int n;                  /* nodes */
     double *fwd_ms, *bwd_ms;
-    double *act_bytes;      /* output activation bytes of the node */
+    /* Output activation bytes of the node; of a coarsened node, the sum of
+     * its members' (the pipedream model's stash). */
+    double *act_bytes;
     double *par_bytes;      /* weight bytes */
     int *n_in, **in;        /* input edges (indices < own), in the profile's order */
     int *n_out, **out;      /* output edges, increasing */
@@ -33,7 +42,28 @@ typedef struct pd_plan_graph {
     int n_dropped;
     int *dropped;
     int *n_dropped_in, **dropped_in;
+    /* A coarsened graph's nodes have several outputs that leave them, each
+     * read by its own nodes: exits[v] (n_exits[v] of them). NULL for every
+     * other graph, whose node v has one output, act_bytes[v], read by
+     * out[v] (pd_plan_graph_exits hides the difference). */
+    int *n_exits;
+    pd_plan_exit **exits;
 } pd_plan_graph;
+
+/* The outputs of node v that other nodes read (none for a sink): *exits
+ * points at them, or at *one filled with v's single output. Returns how
+ * many. The bytes crossing a cut are the exits of nodes before it with a
+ * reader after it. */
+static inline int pd_plan_graph_exits(const pd_plan_graph *g, int v, pd_plan_exit *one, const pd_plan_exit **exits)
+{
+    if (g->exits) {
+        *exits = g->exits[v];
+        return g->n_exits[v];
+    }
+    *one = (pd_plan_exit){.bytes = g->act_bytes[v], .n_to = g->n_out[v], .to = g->out[v]};
+    *exits = one;
+    return g->n_out[v] > 0;
+}
 
 /* Builds the planning graph of `profile`. PD_EINVAL for a profile without
  * compute nodes. Free with pd_plan_graph_destroy. */
@@ -48,6 +78,47 @@ pd_status pd_plan_graph_collapse_branches(const pd_plan_graph *g, pd_plan_graph 
 
 void pd_plan_graph_destroy(pd_plan_graph *g);
 
+/* Pieces for the files that derive one graph from another (plan_graph.c,
+ * plan_coarsen.c). A graph of n nodes, every per-node array zeroed (lists
+ * NULL, no exits), with room for the input nodes and dropped sinks; NULL
+ * when out of memory. */
+pd_plan_graph *pd_plan_graph_alloc(int n, int n_inputs, int n_dropped);
+
+/* Fills the output lists from the input lists, each in increasing order of
+ * the consumer (an edge given twice appears twice). */
+pd_status pd_plan_graph_fill_outputs(pd_plan_graph *g);
+
+/* Merges node v of g into node w of c: members join (appended), times and
+ * weights add up; the activation is left to the caller. */
+pd_status pd_plan_graph_add_member(pd_plan_graph *c, int w, const pd_plan_graph *g, int v);
+
+/* Copies g's data loading, input nodes and dropped sinks into c, the
+ * sinks' inputs renumbered by new_of (g's node -> c's). */
+pd_status pd_plan_graph_copy_extras(pd_plan_graph *c, const pd_plan_graph *g, const int *new_of);
+
+/* ---- coarsening (plan_coarsen.c) ---- */
+
+/* How far pd_plan_solve coarsens a graph over PD_PLAN_MAX_STATES states:
+ * to at most this many stage candidates (pairs of a state and one of its
+ * predecessors, the dynamic programs' inner loop; Inception-v3's compressed
+ * graph has 695242) and PD_PLAN_MAX_STATES states. */
+#define PD_PLAN_COARSEN_PAIRS 200000
+
+/* Merges the nodes of contiguous ranges of a topological order of g into
+ * single nodes: the quotient over such ranges is acyclic, and a plan of it
+ * is a plan of g. The order keeps few outputs live (greedy: the ready node
+ * after which fewest outputs are live first). A range starts only where
+ * its first node reads from the range before, so the ranges form a chain
+ * (one antichain state each, K (K + 1) / 2 stage candidates for K); of
+ * those cuts, the ones with fewest outputs live across them (then fewest
+ * bytes) are kept, as many as keep K within `max_states` and the stage
+ * candidates within `max_pairs`. Times, weights and activations of merged
+ * nodes add up, members join, and each member output read outside its
+ * node becomes one of the node's exits (so cut bytes stay exact).
+ * PD_EINVAL for a budget below one state. Returns a new graph (free with
+ * pd_plan_graph_destroy). */
+pd_status pd_plan_graph_coarsen(const pd_plan_graph *g, int max_states, long long max_pairs, pd_plan_graph **out);
+
 /* ---- antichain states (antichain.c) ---- */
 
 /* PipeDream's antichain DAG over a planning graph (a chain: one state per
@@ -60,7 +131,9 @@ typedef struct pd_plan_states {
     double *compute_ms;      /* fwd + bwd */
     double *act_bytes;
     double *par_bytes;
-    double *out_act_bytes;   /* activation bytes of the antichain's own nodes */
+    /* Activation bytes of the augmented antichain's nodes (the original's
+     * output activation); on a coarsened graph, cut_bytes. */
+    double *out_act_bytes;
     /* Bytes that really cross the cut after s: outputs of prefix(s) nodes
      * consumed by a node outside it (the default model's transfer). */
     double *cut_bytes;
@@ -156,9 +229,17 @@ typedef struct pd_plan_default_load {
  * spreads the minibatches over that many links). */
 double pd_plan_default_transfer_ms(double cut_bytes, int replicas, double bandwidth, double latency_s);
 
-/* Minibatches in flight at a stage under 1F1B: ceil(workers of this stage
- * and all later ones / its replicas). */
+/* PipeDream's NOAM for a stage: ceil(workers of this stage and all later
+ * ones / its replicas). Never more than the 1F1B schedule's warm-up
+ * (pd_plan_1f1b_in_flight, which plans are filled with), equal where no
+ * division rounds: the dynamic program's optimistic count. */
 int pd_plan_default_in_flight(int workers_from_stage, int replicas);
+
+/* A bound on the schedule's warm-up at a stage from what the dynamic
+ * program knows (workers of this stage and later ones, its replicas):
+ * 1 + ceil((2 later - 1) / replicas), since the next stage's warm-up times
+ * its replicas is below twice the later workers; 1 for the last stage. */
+int pd_plan_default_in_flight_bound(int workers_from_stage, int replicas);
 
 /* Memory per replica (bytes) with `in_flight` minibatches in flight:
  * weights x (in_flight + 1) versions + activations x in_flight + optimizer
@@ -188,19 +269,32 @@ double pd_plan_default_input_bytes(const pd_profile *profile, const pd_plan_grap
 /* Fills every predicted field of `plan` (its stages' replicas and ranks
  * given, the cluster set) when graph node v runs in stage node_stage[v]:
  * per stage and the totals, bottleneck_stage, workers, workers_used,
- * single_worker_ms and data_parallel_ms. */
+ * single_worker_ms and data_parallel_ms; in-flight minibatches (hence
+ * weight versions and memory) as the 1F1B schedule warms up. */
 pd_status pd_plan_default_fill(const pd_profile *profile, const pd_plan_graph *g, const int *node_stage,
                                const pd_plan_options *opts, pd_plan *plan);
 
-/* The time per minibatch the default dynamic program (default_dp.c)
- * predicts for the plan it would choose, before that plan is built and
- * evaluated (HUGE_VAL when none fits): for tests that hold it to the
- * evaluation of the plan. `by_level`: solve one or two levels with the
- * tables by level that three levels or more use, instead of the one pass
- * (tests compare the two). */
+/* Which of the default model's dynamic programs to run. */
+typedef enum pd_plan_dp_method {
+    /* pd_plan_solve's: under a memory limit with one or two levels (not
+     * counting levels of fanout 1), the one pass with the 1F1B schedule's
+     * in-flight counts (default_exact.c, when its tables fit in memory);
+     * else the one pass with NOAM's, or the tables by level for three
+     * levels or more */
+    PD_PLAN_DP_SOLVER = 0,
+    /* one or two levels: the one pass with NOAM's in-flight counts */
+    PD_PLAN_DP_NOAM,
+    /* the tables by level (as three levels or more), NOAM's counts */
+    PD_PLAN_DP_NOAM_BY_LEVEL,
+} pd_plan_dp_method;
+
+/* The time per minibatch the default dynamic program (default_dp.c) named
+ * by `method` predicts for the plan it would choose, before that plan is
+ * built and evaluated (HUGE_VAL when none fits): for tests that hold it to
+ * the evaluation of the plan and the methods to each other. */
 pd_status pd_plan_default_dp_ms(const pd_profile *profile, const pd_plan_graph *g, const pd_plan_states *s,
-                                const pd_plan_cluster *cluster, const pd_plan_options *opts, bool by_level,
-                                double *ms);
+                                const pd_plan_cluster *cluster, const pd_plan_options *opts,
+                                pd_plan_dp_method method, double *ms);
 
 /* ---- checks, hashes and names shared by plan.c, plan_file.c and plan_print.c ---- */
 

@@ -63,6 +63,11 @@ void pd_plan_print(const pd_plan *plan, const pd_profile *profile, FILE *out)
     for (int k = 0; k < plan->n_stages; k++)
         fprintf(out, "%s%d", k ? "-" : "", plan->stages[k].replicas);
     fprintf(out, "\n");
+    if (plan->coarsened_from > 0)
+        fprintf(out,
+                "graph coarsened: %d planning nodes merged into %d ranges (too many antichain states); the plan is "
+                "the best only over cuts between the ranges\n",
+                plan->coarsened_from, plan->coarsened_to);
 
     for (int k = 0; k < plan->n_stages; k++) {
         format_layers(&plan->stages[k], profile, layers, sizeof(layers));

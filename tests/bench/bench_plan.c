@@ -1,7 +1,8 @@
 /* The partitioner's speed and memory on PipeDream's published profiles:
- * pd_plan_solve for VGG16, ResNet-50, GNMT-16 (gnmt_large) and Inception-v3
- * (branches collapsed, graph_compressed.txt) on 4x4 and 8x4 hierarchies,
- * with both cost models. Each case runs in a child process of its own, so
+ * pd_plan_solve for VGG16, ResNet-50, GNMT-16 (gnmt_large), Inception-v3
+ * (branches collapsed, graph_compressed.txt) and NASNet-A Mobile and Large
+ * (coarsened: millions of antichain states otherwise) on 4x4 and 8x4
+ * hierarchies, with both cost models. Each case runs in a child process of its own, so
  * that its peak resident memory (getrusage) is its own; the wall time is
  * that of pd_plan_solve alone (the profile import is not counted).
  *
@@ -37,6 +38,8 @@ static const struct model {
     {"resnet50", "resnet50/graph.txt", 128},
     {"gnmt_large", "gnmt_large/graph.txt", 32},
     {"inception_v3", "inception_v3/graph_compressed.txt", 128},
+    {"nasnetamobile", "nasnetamobile/graph.txt", 128},
+    {"nasnetalarge", "nasnetalarge/graph.txt", 16},
 };
 
 /* Workers per node x nodes: NVLink/PCIe-class links inside a node,
@@ -54,6 +57,7 @@ typedef struct result {
     double wall_ms, predicted_ms, speedup;
     long max_rss_kib;
     int stages, workers_used;
+    int coarsened_from, coarsened_to; /* the plan's; 0 when not coarsened */
     char replicas[96];
     char message[256];
 } result;
@@ -91,6 +95,8 @@ static void run_case(const char *path, const struct model *m, const struct hiera
         r.speedup = plan->time_ms > 0 ? plan->single_worker_ms / plan->time_ms : 0;
         r.stages = plan->n_stages;
         r.workers_used = plan->workers_used;
+        r.coarsened_from = plan->coarsened_from;
+        r.coarsened_to = plan->coarsened_to;
         for (int k = 0; k < plan->n_stages && used < sizeof(r.replicas); k++) {
             int n = snprintf(r.replicas + used, sizeof(r.replicas) - used, "%s%d", k ? "-" : "",
                              plan->stages[k].replicas);
@@ -170,9 +176,11 @@ static void usage(FILE *out)
 {
     fprintf(out, "Usage: bench_plan [--profiles DIR] [--csv] [--timeout S] [--only MODEL]\n"
                  "Times pd_plan_solve on PipeDream's profiles (DIR, default profiles/pipedream)\n"
-                 "for vgg16, resnet50, gnmt_large and inception_v3 on 4x4 and 8x4 hierarchies with\n"
-                 "both cost models, each case in its own process (peak RSS by getrusage), and checks\n"
-                 "the targets: resnet50 8x4 < 1 s, gnmt_large 4x4 < 60 s, every case < 1 GiB.\n");
+                 "for vgg16, resnet50, gnmt_large, inception_v3, nasnetamobile and nasnetalarge on\n"
+                 "4x4 and 8x4 hierarchies with both cost models, each case in its own process (peak\n"
+                 "RSS by getrusage), and checks the targets: resnet50 8x4 < 1 s, gnmt_large 4x4 < 60 s,\n"
+                 "every case < 1 GiB. \"graph\" gives the planning graph's nodes before and after\n"
+                 "coarsening where the solver coarsened it.\n");
 }
 
 int main(int argc, char **argv)
@@ -202,10 +210,10 @@ int main(int argc, char **argv)
     }
     if (csv)
         printf("model,hierarchy,cost_model,wall_ms,max_rss_mib,predicted_ms,speedup,stages,replicas,workers_used,"
-               "target_ms,verdict\n");
+               "target_ms,verdict,coarsened_from,coarsened_to\n");
     else
-        printf("%-13s %-5s %-10s %12s %12s %14s %8s %7s  %-28s %s\n", "model", "hier", "cost", "wall ms",
-               "peak RSS MiB", "predicted ms", "speedup", "stages", "replicas", "verdict");
+        printf("%-13s %-5s %-10s %12s %12s %14s %8s %7s  %-28s %-9s %s\n", "model", "hier", "cost", "wall ms",
+               "peak RSS MiB", "predicted ms", "speedup", "stages", "replicas", "graph", "verdict");
     for (size_t i = 0; i < sizeof(models) / sizeof(models[0]); i++) {
         char path[4096];
         struct stat st;
@@ -222,20 +230,25 @@ int main(int argc, char **argv)
                 const char *cost_name = cost == PD_PLAN_COST_PIPEDREAM ? "pipedream" : "default";
                 const char *v;
                 double limit_ms;
+                char graph[32] = "-";
                 result r;
 
                 measure(path, &models[i], &hierarchies[j], (pd_plan_cost_model)cost, timeout_s, &r);
                 v = verdict(&models[i], &hierarchies[j], &r, &limit_ms);
                 missed += strcmp(v, "ok") != 0;
                 ran++;
+                if (r.coarsened_from > 0)
+                    snprintf(graph, sizeof(graph), "%d->%d", r.coarsened_from, r.coarsened_to);
                 if (csv)
-                    printf("%s,%s,%s,%.3f,%.1f,%.6g,%.4f,%d,%s,%d,%.0f,%s\n", models[i].name, hierarchies[j].name,
-                           cost_name, r.wall_ms, (double)r.max_rss_kib / 1024.0, r.predicted_ms, r.speedup, r.stages,
-                           r.replicas, r.workers_used, limit_ms, v);
+                    printf("%s,%s,%s,%.3f,%.1f,%.6g,%.4f,%d,%s,%d,%.0f,%s,%d,%d\n", models[i].name,
+                           hierarchies[j].name, cost_name, r.wall_ms, (double)r.max_rss_kib / 1024.0, r.predicted_ms,
+                           r.speedup, r.stages, r.replicas, r.workers_used, limit_ms, v, r.coarsened_from,
+                           r.coarsened_to);
                 else
-                    printf("%-13s %-5s %-10s %12.1f %12.1f %14.3f %8.3f %7d  %-28s %s%s%s\n", models[i].name,
+                    printf("%-13s %-5s %-10s %12.1f %12.1f %14.3f %8.3f %7d  %-28s %-9s %s%s%s\n", models[i].name,
                            hierarchies[j].name, cost_name, r.wall_ms, (double)r.max_rss_kib / 1024.0,
-                           r.predicted_ms, r.speedup, r.stages, r.replicas, v, r.message[0] ? ": " : "", r.message);
+                           r.predicted_ms, r.speedup, r.stages, r.replicas, graph, v, r.message[0] ? ": " : "",
+                           r.message);
                 fflush(stdout);
             }
     }

@@ -4,8 +4,10 @@
 # ms per minibatch against 672.535 ms on one worker); plans of a measured
 # LeNet profile under the default model written with -o and read back
 # through --override with the same stages; hand-written plans by ranges and
-# by names accepted, and ones that drop or repeat a layer rejected; bad
-# profiles, levels and plan files give one line on stderr and exit status 2.
+# by names accepted, and ones that drop or repeat a layer rejected; NASNet
+# planned on a coarsened graph, which the table and the plan file say, and
+# whose plan evaluates the same through --override; bad profiles, levels
+# and plan files give one line on stderr and exit status 2.
 set -u
 
 PIPEDREAM="${top_builddir:?top_builddir is not set}/src/cli/pipedream"
@@ -105,6 +107,24 @@ else
     fail "profiling lenet failed"
 fi
 
+# ---- a graph too branchy for exact planning: NASNet, coarsened ----
+NASNET="$SHARED/nasnetamobile/graph.txt"
+if "$PIPEDREAM" plan --graph-txt "$NASNET" --levels 4x12GB/s -o "$tmp/nasnet.plan.json" >"$tmp/nasnet.txt" \
+    2>"$tmp/nasnet.err"; then
+    cat "$tmp/nasnet.txt"
+    grep -q '^graph coarsened: 920 planning nodes merged into [0-9]* ranges' "$tmp/nasnet.txt" ||
+        fail "nasnetamobile: the table does not say the graph was coarsened"
+    grep -q '"from_nodes": 920' "$tmp/nasnet.plan.json" || fail "nasnetamobile: the plan file does not say so"
+    "$PIPEDREAM" plan --graph-txt "$NASNET" --override "$tmp/nasnet.plan.json" >"$tmp/nasnet-override.txt" ||
+        fail "nasnetamobile: --override of its own plan failed"
+    grep -v '^graph coarsened' "$tmp/nasnet.txt" | diff - "$tmp/nasnet-override.txt" ||
+        fail "nasnetamobile: the coarsened plan evaluates differently from the profile"
+else
+    fail "nasnetamobile plan failed: $(cat "$tmp/nasnet.err")"
+fi
+"$PIPEDREAM" plan --graph-txt "$NASNET" --levels 4x12GB/s --cost-model pipedream >"$tmp/nasnet-pd.txt" 2>&1 &&
+    grep -q '^graph coarsened' "$tmp/nasnet-pd.txt" || fail "nasnetamobile with the pipedream model: $(cat "$tmp/nasnet-pd.txt")"
+
 # ---- hand-written plans ----
 printf '{"stages": [{"first_layer": "node2", "last_layer": "node18", "replicas": 3},\n
              {"first_layer": "node19", "last_layer": "node41", "replicas": 1}]}\n' >"$tmp/hand.plan.json"
@@ -176,6 +196,10 @@ expect_usage "--cost-model: 'fast' is not default or pipedream" --graph-txt "$VG
 expect_usage "--straight-pipeline does not apply to --cost-model default" --graph-txt "$VGG" --levels 4x1GB/s \
     --straight-pipeline
 expect_usage "--memory: unknown unit 'XB'" --graph-txt "$VGG" --levels 4x1GB/s --memory 16XB
+expect_usage "--coarsen: 'some' is not auto or none" --graph-txt "$VGG" --levels 4x1GB/s --coarsen some
+expect_usage "more than the 16384 the planner can hold" --graph-txt "$NASNET" --levels 4x1GB/s --coarsen none
+expect_usage "--coarsen does not apply to --override" --graph-txt "$VGG" --levels 4x1GB/s \
+    --override "$tmp/hand.plan.json" --coarsen auto
 expect_usage "--explain does not apply to --override" --graph-txt "$VGG" --levels 4x1GB/s --override "$tmp/hand.plan.json" \
     --explain
 expect_usage "--batch-size applies to --graph-txt" --profile "$tmp/bad.profile.json" --levels 4x1GB/s --batch-size 4

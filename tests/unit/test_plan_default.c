@@ -1,10 +1,12 @@
 /* The default cost model: every predicted field of a small chain against
  * hand-computed values; the dynamic program against exhaustive search over
  * every plan of random chains and DAGs on flat clusters of 1 to 4 workers
- * and on a two-level 2x2 cluster, with and without a memory limit and
- * fewer workers; memory limits that force a pipeline or rule out every
- * plan; zero-compute layers; fewer workers over a slow link; and solve
- * times on PipeDream's published profiles. */
+ * and on two-level 2x2 and 3x2 clusters, with and without a memory limit
+ * (memory with the 1F1B schedule's in-flight counts) and fewer workers;
+ * three levels under memory limits; memory limits that force a pipeline
+ * or rule out every plan; zero-compute layers; fewer workers over a slow
+ * link; and solve times on PipeDream's published profiles. The random
+ * profiles and the search live in test_plan_search.h. */
 #include "config.h"
 
 #include <setjmp.h>
@@ -27,68 +29,10 @@
 
 #include "core/pd_rng.h"
 #include "plan/plan_int.h"
+#include "test_plan_search.h"
 #include "test_plans.h"
 
 /* ---- helpers ---- */
-
-typedef struct node_spec {
-    double fwd, bwd;
-    int64_t act, weight;
-    int n_in;
-    int in[12];
-    bool input;
-} node_spec;
-
-static pd_profile *build_profile(const node_spec *spec, int n)
-{
-    pd_profile_info info = {.model = "t", .batch = 1, .dtype = PD_F32, .device = "test", .source = "test"};
-    pd_profile *p = NULL;
-
-    assert_int_equal(pd_profile_create(&info, &p), PD_OK);
-    for (int i = 0; i < n; i++) {
-        char name[16];
-        snprintf(name, sizeof(name), "n%d", i);
-        pd_profile_node node = {
-            .name = name,
-            .type = spec[i].input ? PD_PROFILE_INPUT_TYPE : "linear",
-            .description = spec[i].input ? "Input0" : "layer",
-            .fwd_ms = spec[i].fwd,
-            .bwd_ms = spec[i].bwd,
-            .activation_bytes = spec[i].act,
-            .weight_bytes = spec[i].weight,
-            .flops = -1,
-            .n_inputs = spec[i].n_in,
-            .inputs = spec[i].in,
-        };
-        assert_int_equal(pd_profile_add_node(p, &node, NULL), PD_OK);
-    }
-    return p;
-}
-
-/* Levels given innermost first as (fanout, bandwidth, latency) triples. */
-static pd_plan_cluster make_cluster(int n_levels, const int *fanout, const double *bandwidth, const double *latency)
-{
-    pd_plan_cluster c = {.n_levels = n_levels};
-    for (int l = 0; l < n_levels; l++)
-        c.levels[l] =
-            (pd_plan_level){.fanout = fanout[l], .bandwidth_bytes_per_s = bandwidth[l], .latency_s = latency[l]};
-    return c;
-}
-
-/* One level of `workers` workers. */
-static pd_plan_cluster one_level(int workers, double bandwidth, double latency)
-{
-    return make_cluster(1, &workers, &bandwidth, &latency);
-}
-
-static void assert_close(double got, double want, double rel)
-{
-    double tol = rel * fmax(fabs(want), 1e-300);
-    if (!(fabs(got - want) <= tol)) {
-        fprintf(stderr, "# got %.17g, want %.17g\n", got, want);
-        fail();
-    }
-}
 
 /* Prints text as TAP comments, one "# " per line. */
 static void print_comment(const char *text)
@@ -231,147 +175,28 @@ static void test_hand_computed_chain(void **state)
     pd_profile_destroy(p);
 }
 
-/* ---- exhaustive search ---- */
 
-#define MAX_SPANS 16
-
-/* Every plan of one profile on one cluster: stage paths through the
- * antichain DAG x replicas (x, on two levels, PipeDream's nesting). */
-typedef struct search {
-    const pd_profile *profile;
-    const pd_plan_cluster *cluster;
-    const pd_plan_options *opts;
-    pd_plan_graph *g;
-    pd_plan_states *s;
-    bool fewer;
-    pd_plan_span spans[MAX_SPANS];
-    int ranks[MAX_SPANS][16];
-    /* each plan's time and largest stage memory; eligible: no stage
-     * without compute */
-    double *time, *memory;
-    int n, cap;
-} search;
-
-static bool precedes(const pd_plan_states *s, int a, int b) { return a < 0 || (s->is_pred[b][a / 64] >> (a % 64) & 1); }
-
-static void record(search *se, int n_spans)
+/* Replicas 1-2-1 on 4 workers: the schedule warms up with 5, 2 and 1
+ * minibatches (stage 0 covers the 2 x 2 the next stage holds, plus one);
+ * NOAM would say 4 for stage 0. Stage 0's memory: weights 2000 x 6
+ * versions, activations (1000 + input 400) x 5, optimizer 2000. */
+static void test_in_flight_from_schedule(void **state)
 {
-    pd_plan *plan = calloc(1, sizeof(*plan));
-    double worst = 0;
-    bool eligible = true;
+    (void)state;
+    pd_profile *p = build_profile(chain3, 4);
+    pd_plan_cluster c = one_level(4, 1e6, 1e-4);
+    pd_plan_options o = {.optimizer_state_factor = 1};
+    int s0[] = {0, 1}, s1[] = {2}, s2[] = {3}, r0[] = {0}, r1[] = {1, 2}, r2[] = {3};
+    const int *layers[] = {s0, s1, s2}, *ranks[] = {r0, r1, r2}, n_layers[] = {2, 1, 1}, replicas[] = {1, 2, 1};
+    pd_plan *plan = evaluate(p, &c, &o, 3, layers, n_layers, ranks, replicas);
 
-    assert_non_null(plan);
-    plan->cluster = *se->cluster;
-    assert_int_equal(pd_plan_set_stages(plan, se->g, se->s, n_spans, se->spans), PD_OK);
-    assert_int_equal(pd_plan_evaluate(se->profile, se->opts, plan), PD_OK);
-    for (int k = 0; k < plan->n_stages; k++) {
-        worst = fmax(worst, plan->stages[k].memory_bytes);
-        eligible = eligible && plan->stages[k].compute_ms > 0;
-    }
-    if (eligible) {
-        if (se->n == se->cap) {
-            se->cap = se->cap ? 2 * se->cap : 256;
-            se->time = realloc(se->time, sizeof(double) * (size_t)se->cap);
-            se->memory = realloc(se->memory, sizeof(double) * (size_t)se->cap);
-            assert_true(se->time && se->memory);
-        }
-        se->time[se->n] = plan->time_ms;
-        se->memory[se->n++] = worst;
-    }
+    assert_int_equal(plan->stages[0].in_flight, 5);
+    assert_int_equal(plan->stages[1].in_flight, 2);
+    assert_int_equal(plan->stages[2].in_flight, 1);
+    assert_int_equal(plan->stages[0].weight_versions, 6);
+    assert_close(plan->stages[0].memory_bytes, 2000 * 6 + 1400 * 5 + 2000, 1e-12);
     pd_plan_destroy(plan);
-}
-
-/* Flat cluster: replicas for stages [k, n_spans) with `left` workers. */
-static void flat_replicas(search *se, int k, int n_spans, int left, int next_rank)
-{
-    if (k == n_spans) {
-        if (left == 0 || se->fewer)
-            record(se, n_spans);
-        return;
-    }
-    for (int r = 1; r <= left - (n_spans - k - 1); r++) {
-        for (int q = 0; q < r; q++)
-            se->ranks[k][q] = next_rank + q;
-        se->spans[k].n_ranks = r;
-        se->spans[k].ranks = se->ranks[k];
-        flat_replicas(se, k + 1, n_spans, left - r, next_rank + r);
-    }
-}
-
-static void flat_paths(search *se, int from, int k, int workers)
-{
-    for (int to = from + 1; to < se->s->n && k < workers; to++) {
-        if (!precedes(se->s, from, to))
-            continue;
-        se->spans[k].from_state = from;
-        se->spans[k].to_state = to;
-        if (to == se->s->n - 1)
-            flat_replicas(se, 0, k + 1, workers, 0);
-        else
-            flat_paths(se, to, k + 1, workers);
-    }
-}
-
-/* Two levels (f0 workers per group, f1 groups): a top stage over rho whole
- * groups from group g0 holds a pipeline of stages, each r consecutive
- * workers from `offset` in every one of its groups. */
-static void nested_top(search *se, int from, int groups_used, int k);
-
-static void nested_inner(search *se, int from, int end, int g0, int rho, int offset, int k)
-{
-    int f0 = se->cluster->levels[0].fanout;
-    for (int to = from + 1; to <= end && k < MAX_SPANS; to++) {
-        if (!precedes(se->s, from, to) || (to != end && !precedes(se->s, to, end)))
-            continue;
-        for (int r = 1; offset + r <= f0; r++) {
-            se->spans[k] =
-                (pd_plan_span){.from_state = from, .to_state = to, .n_ranks = rho * r, .ranks = se->ranks[k]};
-            for (int gi = 0; gi < rho; gi++)
-                for (int q = 0; q < r; q++)
-                    se->ranks[k][gi * r + q] = (g0 + gi) * f0 + offset + q;
-            if (to < end)
-                nested_inner(se, to, end, g0, rho, offset + r, k + 1);
-            else if (offset + r == f0 || se->fewer)
-                nested_top(se, to, g0 + rho, k + 1);
-        }
-    }
-}
-
-static void nested_top(search *se, int from, int groups_used, int k)
-{
-    int f1 = se->cluster->levels[1].fanout;
-    if (from == se->s->n - 1) {
-        if (groups_used == f1 || se->fewer)
-            record(se, k);
-        return;
-    }
-    for (int end = from + 1; end < se->s->n; end++) {
-        if (!precedes(se->s, from, end))
-            continue;
-        for (int rho = 1; groups_used + rho <= f1; rho++)
-            nested_inner(se, from, end, groups_used, rho, 0, k);
-    }
-}
-
-static void search_all(search *se)
-{
-    se->n = 0;
-    if (se->cluster->n_levels == 1)
-        flat_paths(se, -1, 0, se->cluster->levels[0].fanout);
-    else
-        nested_top(se, -1, 0, 0);
-    assert_true(se->n > 0);
-}
-
-/* The best time among the plans that fit in `limit` bytes (0: any);
- * HUGE_VAL when none does. */
-static double best_within(const search *se, double limit)
-{
-    double best = HUGE_VAL;
-    for (int i = 0; i < se->n; i++)
-        if (!(limit > 0) || se->memory[i] <= limit)
-            best = fmin(best, se->time[i]);
-    return best;
+    pd_profile_destroy(p);
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -380,29 +205,40 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Counts how the dynamic program fared, for the summary line. */
+/* Counts how the dynamic program fared, for the summary line: `noam_short`
+ * counts the limits under which the plan NOAM's in-flight counts choose
+ * does not fit with the schedule's. */
 typedef struct tally {
-    int solved, no_fit, plans, approximate, approximate_best;
+    int solved, no_fit, plans, noam_short;
 } tally;
 
-/* The dynamic program against the search for one memory limit. */
-static void check_limit(search *se, double limit, bool exact, tally *t)
+/* The dynamic program against the search for one memory limit (the
+ * search's memory: the schedule's in-flight counts). */
+static void check_limit(search *se, double limit, tally *t)
 {
     pd_plan_options o = *se->opts;
     pd_plan *plan = NULL;
-    double want, dp_ms;
+    double want, dp_ms, noam_ms, by_level_ms;
     pd_status st;
 
     o.memory_bytes = limit;
     want = best_within(se, limit);
-    assert_int_equal(pd_plan_default_dp_ms(se->profile, se->g, se->s, se->cluster, &o, false, &dp_ms), PD_OK);
-    /* The one-pass program and the tables by level agree. */
-    double by_level_ms;
-    assert_int_equal(pd_plan_default_dp_ms(se->profile, se->g, se->s, se->cluster, &o, true, &by_level_ms), PD_OK);
-    if (dp_ms == HUGE_VAL)
+    assert_int_equal(pd_plan_default_dp_ms(se->profile, se->g, se->s, se->cluster, &o, PD_PLAN_DP_SOLVER, &dp_ms),
+                     PD_OK);
+    /* With NOAM's counts, the one-pass program and the tables by level
+     * agree; they never exceed the schedule's, so never find slower. */
+    assert_int_equal(pd_plan_default_dp_ms(se->profile, se->g, se->s, se->cluster, &o, PD_PLAN_DP_NOAM, &noam_ms),
+                     PD_OK);
+    assert_int_equal(
+        pd_plan_default_dp_ms(se->profile, se->g, se->s, se->cluster, &o, PD_PLAN_DP_NOAM_BY_LEVEL, &by_level_ms),
+        PD_OK);
+    if (noam_ms == HUGE_VAL)
         assert_true(by_level_ms == HUGE_VAL);
     else
-        assert_close(by_level_ms, dp_ms, 1e-9);
+        assert_close(by_level_ms, noam_ms, 1e-9);
+    if (!se->fewer || se->cluster->n_levels == 1)
+        assert_true(noam_ms <= dp_ms * (1 + 1e-9));
+    t->noam_short += dp_ms > noam_ms * (1 + 1e-9);
     st = pd_plan_solve(se->profile, se->cluster, &o, &plan);
     if (want == HUGE_VAL) {
         assert_int_equal(st, PD_ENOTFOUND);
@@ -415,17 +251,8 @@ static void check_limit(search *se, double limit, bool exact, tally *t)
     if (st != PD_OK)
         fprintf(stderr, "# %s\n", pd_last_error());
     assert_int_equal(st, PD_OK);
-    if (exact) {
-        assert_close(plan->time_ms, want, 1e-9);
-        assert_close(dp_ms, plan->time_ms, 1e-9);
-    } else {
-        /* Fewer workers under a memory limit on two levels: the dynamic
-         * program may refuse plans that fit, never take one that does not. */
-        assert_true(plan->time_ms >= want * (1 - 1e-9));
-        assert_close(dp_ms, plan->time_ms, 1e-9);
-        t->approximate++;
-        t->approximate_best += plan->time_ms <= want * (1 + 1e-9);
-    }
+    assert_close(plan->time_ms, want, 1e-9);
+    assert_close(dp_ms, plan->time_ms, 1e-9);
     for (int k = 0; k < plan->n_stages; k++) {
         assert_true(plan->stages[k].compute_ms > 0);
         if (limit > 0)
@@ -435,7 +262,7 @@ static void check_limit(search *se, double limit, bool exact, tally *t)
         assert_int_equal(plan->workers_used, plan->workers);
     /* The plan read back through the evaluator gives the same time. */
     assert_int_equal(pd_plan_evaluate(se->profile, &o, plan), PD_OK);
-    assert_close(plan->time_ms, exact ? want : plan->time_ms, 1e-9);
+    assert_close(plan->time_ms, want, 1e-9);
     t->solved++;
     pd_plan_destroy(plan);
 }
@@ -475,18 +302,17 @@ static void check_profile(const pd_profile *p, const pd_plan_cluster *c, pd_rng 
     assert_int_equal(pd_plan_graph_from_profile(p, &se.g), PD_OK);
     assert_int_equal(pd_plan_states_build(se.g, &se.s), PD_OK);
     for (int fewer = 0; fewer < 2; fewer++) {
-        bool exact_with_limit = c->n_levels == 1 || !fewer;
         o.allow_fewer_workers = fewer;
         se.fewer = fewer;
         search_all(&se);
         t->plans += se.n;
-        check_limit(&se, 0, true, t);
+        check_limit(&se, 0, t);
         sorted = malloc(sizeof(double) * (size_t)se.n);
         memcpy(sorted, se.memory, sizeof(double) * (size_t)se.n);
         qsort(sorted, (size_t)se.n, sizeof(double), cmp_double);
-        check_limit(&se, sorted[pd_rng_next(rng) % (uint64_t)se.n], exact_with_limit, t);
-        check_limit(&se, sorted[se.n / 4], exact_with_limit, t);
-        check_limit(&se, sorted[0] * 0.999, true, t);
+        check_limit(&se, sorted[pd_rng_next(rng) % (uint64_t)se.n], t);
+        check_limit(&se, sorted[se.n / 4], t);
+        check_limit(&se, sorted[0] * 0.999, t);
         free(sorted);
     }
     check_collapsed(p, c, &o, best_within(&se, 0));
@@ -496,62 +322,6 @@ static void check_profile(const pd_profile *p, const pd_plan_cluster *c, pd_rng 
     pd_plan_graph_destroy(se.g);
 }
 
-static double uniform(pd_rng *rng, double lo, double hi)
-{
-    return lo + (hi - lo) * (double)(pd_rng_next(rng) >> 11) / 9007199254740992.0;
-}
-
-/* A random node: sometimes no compute, sometimes no weights. */
-static node_spec random_node(pd_rng *rng)
-{
-    node_spec n = {0};
-    if (pd_rng_next(rng) % 5 != 0) {
-        n.fwd = uniform(rng, 0.1, 10);
-        n.bwd = uniform(rng, 0.1, 20);
-    }
-    n.act = (int64_t)uniform(rng, 0, 2e6);
-    if (pd_rng_next(rng) % 3 != 0)
-        n.weight = (int64_t)uniform(rng, 0, 8e6);
-    return n;
-}
-
-/* Adds input `from` to node `to` unless it is there already. */
-static void add_input(node_spec *to, int from)
-{
-    for (int e = 0; e < to->n_in; e++)
-        if (to->in[e] == from)
-            return;
-    to->in[to->n_in++] = from;
-}
-
-/* An input node then `n` layers: a chain, or a DAG in which each layer
- * reads one or two earlier layers and the last one also reads every layer
- * nobody else reads (diamonds and branches). */
-static pd_profile *random_profile(pd_rng *rng, int n, bool dag)
-{
-    node_spec spec[12] = {{0}};
-    bool read[12] = {false};
-
-    /* Data loading: now and then slow enough to bound the first stage. */
-    spec[0] = (node_spec){.fwd = pd_rng_next(rng) % 3 ? uniform(rng, 0, 5) : uniform(rng, 10, 60),
-                          .act = (int64_t)uniform(rng, 0, 1e6),
-                          .input = true};
-    for (int i = 1; i <= n; i++) {
-        spec[i] = random_node(rng);
-        if (!dag || i == 1 || pd_rng_next(rng) % 2)
-            add_input(&spec[i], i - 1);
-        else
-            add_input(&spec[i], 1 + (int)(pd_rng_next(rng) % (uint64_t)(i - 1)));
-        if (dag && i > 2 && pd_rng_next(rng) % 2)
-            add_input(&spec[i], 1 + (int)(pd_rng_next(rng) % (uint64_t)(i - 1)));
-        for (int e = 0; e < spec[i].n_in; e++)
-            read[spec[i].in[e]] = true;
-    }
-    for (int j = 1; j < n; j++)
-        if (!read[j])
-            add_input(&spec[n], j);
-    return build_profile(spec, n + 1);
-}
 
 static void test_exhaustive_flat(void **state)
 {
@@ -569,8 +339,10 @@ static void test_exhaustive_flat(void **state)
         check_profile(p, &c, &rng, &t);
         pd_profile_destroy(p);
     }
-    fprintf(stderr, "# flat: %d plans enumerated; %d solved equal to the best, %d found none fits\n", t.plans, t.solved,
-            t.no_fit);
+    fprintf(stderr,
+            "# flat: %d plans enumerated; %d solved equal to the best, %d found none fits; %d where NOAM's counts "
+            "choose a plan that does not fit\n",
+            t.plans, t.solved, t.no_fit, t.noam_short);
     assert_true(t.no_fit > 0 && t.solved > 0);
 }
 
@@ -595,9 +367,9 @@ static void test_exhaustive_two_levels(void **state)
         pd_profile_destroy(p);
     }
     fprintf(stderr,
-            "# 2x2 and 3x2: %d plans enumerated; %d solved, %d found none fits; with fewer workers and a memory "
-            "limit, %d of %d the best\n",
-            t.plans, t.solved, t.no_fit, t.approximate_best, t.approximate);
+            "# 2x2 and 3x2: %d plans enumerated; %d solved equal to the best, %d found none fits; %d where NOAM's "
+            "counts choose a plan that does not fit\n",
+            t.plans, t.solved, t.no_fit, t.noam_short);
     assert_true(t.no_fit > 0 && t.solved > 0);
 }
 
@@ -765,6 +537,60 @@ static void test_three_levels_as_two(void **state)
     }
 }
 
+/* Three levels go by level with NOAM's in-flight counts; under a memory
+ * limit the plan is held to the schedule's counts all the same: it fits,
+ * or the solve says none does; where NOAM's plan did not fit, the plan
+ * found with more in flight says that it may not be the fastest. */
+static void test_three_levels_memory(void **state)
+{
+    (void)state;
+    pd_rng rng;
+    int solved = 0, no_fit = 0, refit = 0;
+
+    pd_rng_init(&rng, 2718);
+    for (int trial = 0; trial < 24; trial++) {
+        pd_profile *p = random_profile(&rng, 5 + (int)(pd_rng_next(&rng) % 4), trial % 2);
+        int fans[][3] = {{2, 2, 2}, {3, 2, 2}, {3, 3, 2}}, *fan = fans[trial % 3];
+        double ba = pow(10, uniform(&rng, 7, 10)), bw[] = {ba, ba / 4, ba / 40}, lat[] = {1e-5, 1e-4, 1e-3};
+        pd_plan_cluster c = make_cluster(3, fan, bw, lat);
+        pd_plan_options o = {.optimizer_state_factor = 1, .allow_fewer_workers = trial % 3 == 0};
+        pd_plan *plan = NULL;
+        double most = 0;
+
+        /* limits between a fifth and all of the unlimited plan's */
+        assert_int_equal(pd_plan_solve(p, &c, &o, &plan), PD_OK);
+        for (int k = 0; k < plan->n_stages; k++)
+            most = fmax(most, plan->stages[k].memory_bytes);
+        pd_plan_destroy(plan);
+        for (int step = 0; step < 9; step++) {
+            pd_status st;
+            plan = NULL;
+            o.memory_bytes = most * (0.2 + 0.1 * step);
+            st = pd_plan_solve(p, &c, &o, &plan);
+            if (st == PD_ENOTFOUND) {
+                assert_non_null(strstr(pd_last_error(), "no plan fits in"));
+                no_fit++;
+                continue;
+            }
+            assert_int_equal(st, PD_OK);
+            for (int k = 0; k < plan->n_stages; k++)
+                assert_true(plan->stages[k].memory_bytes <= o.memory_bytes);
+            if (plan->explanation) {
+                assert_non_null(strstr(plan->explanation, "may not be the fastest"));
+                refit++;
+            }
+            solved++;
+            pd_plan_destroy(plan);
+        }
+        pd_profile_destroy(p);
+    }
+    fprintf(stderr,
+            "# 2x2x2, 3x2x2, 3x3x2 under memory limits: %d plans fit (%d found with more in flight), %d found none "
+            "fits\n",
+            solved, refit, no_fit);
+    assert_true(solved > 0 && no_fit > 0 && refit > 0);
+}
+
 /* ---- PipeDream's profiles ---- */
 
 static double now_s(void)
@@ -814,7 +640,7 @@ static void test_pipedream_profiles(void **state)
             double dp_ms;
             assert_int_equal(pd_plan_graph_from_profile(p, &g), PD_OK);
             assert_int_equal(pd_plan_states_build(g, &states), PD_OK);
-            assert_int_equal(pd_plan_default_dp_ms(p, g, states, &c, &o, false, &dp_ms), PD_OK);
+            assert_int_equal(pd_plan_default_dp_ms(p, g, states, &c, &o, PD_PLAN_DP_SOLVER, &dp_ms), PD_OK);
             assert_close(dp_ms, plan->time_ms, 1e-9);
             if (i == 0)
                 print_comment(plan->explanation);
@@ -829,10 +655,12 @@ static void test_pipedream_profiles(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_hand_computed_chain),        cmocka_unit_test(test_exhaustive_flat),
+        cmocka_unit_test(test_hand_computed_chain),        cmocka_unit_test(test_in_flight_from_schedule),
+        cmocka_unit_test(test_exhaustive_flat),
         cmocka_unit_test(test_exhaustive_two_levels),      cmocka_unit_test(test_memory_forces_pipeline),
         cmocka_unit_test(test_zero_compute_never_a_stage), cmocka_unit_test(test_fewer_workers_over_slow_link),
-        cmocka_unit_test(test_three_levels_as_two),        cmocka_unit_test(test_pipedream_profiles),
+        cmocka_unit_test(test_three_levels_as_two),        cmocka_unit_test(test_three_levels_memory),
+        cmocka_unit_test(test_pipedream_profiles),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
