@@ -87,7 +87,8 @@ int pd_graph_find(const pd_graph *g, const char *name);
 
 /* Sets *params to the array of all parameters (trainable and buffers) in
  * creation order and returns its length. The graph owns them; their tensors
- * have data once the graph is allocated. */
+ * have data once the graph is allocated (after pd_graph_allocate_nodes,
+ * only those of the nodes that run). */
 int pd_graph_params(pd_graph *g, pd_param ***params);
 
 /* Plans activation and gradient memory for a training step (forward then
@@ -95,12 +96,40 @@ int pd_graph_params(pd_graph *g, pd_param ***params);
  * parameters. No node can be added afterwards. */
 pd_status pd_graph_allocate(pd_graph *g);
 
+/* Allocates only part of the graph, as a pipeline stage does: the nodes
+ * with run[k] (NULL: every node) get their steps (activations, saved
+ * buffers, gradients, parameters and their gradients); the nodes with
+ * hold[k] (nullable) and the inputs of the nodes that run get memory for
+ * their output and, where a gradient flows, its gradient, both kept for the
+ * whole step (the caller writes such an output before the forward pass and
+ * may seed or read its gradient around the backward pass); the other nodes
+ * get nothing. An input node that holds memory runs too (its steps do
+ * nothing). Parameters are initialised exactly as pd_graph_allocate
+ * initialises them (the values of the others are drawn and dropped), so a
+ * part's parameters equal the whole graph's for the same seed, and the
+ * part's passes compute bit for bit what the whole graph's compute.
+ * Running a step of a node outside the part fails with PD_ESTATE naming
+ * it; pd_graph_output of a node without memory is NULL. PD_EINVAL when the
+ * part holds no node. */
+pd_status pd_graph_allocate_nodes(pd_graph *g, const bool *run, const bool *hold);
+
+/* The bytes pd_graph_allocate_nodes(g, run, hold) allocates (NULL run:
+ * pd_graph_allocate): the planned arena plus the parameters' values and
+ * gradients. Needs no allocation, so a stage can report what the whole
+ * model would take. */
+pd_status pd_graph_plan_bytes(const pd_graph *g, const bool *run, const bool *hold, size_t *bytes);
+
+/* What the allocation took, counted as pd_graph_plan_bytes counts (0
+ * before allocation). */
+size_t pd_graph_allocated_bytes(const pd_graph *g);
+
 /* Bytes of the planned activation/gradient arena, and what it would take
  * without reuse (for reporting). */
 size_t pd_graph_arena_bytes(const pd_graph *g);
 size_t pd_graph_unplanned_bytes(const pd_graph *g);
 
-/* The output tensor of a node (an input node's tensor is where data goes). */
+/* The output tensor of a node (an input node's tensor is where data goes);
+ * NULL before allocation and for a node the allocated part holds nothing of. */
 pd_tensor *pd_graph_output(pd_graph *g, int node);
 
 /* The gradient of a node's output after pd_graph_backward (NULL if none was

@@ -23,6 +23,9 @@ static pd_status walk(pd_graph *g, const int *nodes, int n, stash_visit visit, v
     for (int i = 0; i < n; i++) {
         if (nodes[i] < 0 || nodes[i] >= g->n_layers)
             return PD_ERROR(PD_EINVAL, "graph: stash of node %d of %d", nodes[i], g->n_layers);
+        if (!g->runs[nodes[i]])
+            return PD_ERROR(PD_ESTATE, "graph: stash of node '%s' (%d), which is not in the allocated part of the "
+                                       "graph", g->layers[nodes[i]]->name, nodes[i]);
         pd_layer *l = g->layers[nodes[i]];
         pd_tensor *tensors[PD_LAYER_MAX_INPUTS + 1 + PD_LAYER_MAX_SAVED];
         int count = 0;

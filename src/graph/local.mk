@@ -3,6 +3,7 @@ src_graph_libpd_graph_la_SOURCES = \
 	src/graph/pd_layer.h \
 	src/graph/pd_graph_int.h \
 	src/graph/graph.c \
+	src/graph/graph_alloc.c \
 	src/graph/graph_build.c \
 	src/graph/graph_stash.c \
 	src/graph/mem_plan.c \

@@ -13,11 +13,14 @@ struct pd_graph {
     pd_param **params; /* owned; stable addresses */
     int n_params, cap_params;
 
-    /* Filled by pd_graph_allocate. */
+    /* Filled by pd_graph_allocate(_nodes) (graph_alloc.c). */
     bool allocated;
     void *arena;
     size_t arena_bytes, unplanned_bytes;
-    pd_tensor *outputs;    /* [n] views into the arena (or the aliased input) */
+    size_t param_bytes;    /* parameter values and gradients allocated */
+    bool *runs;            /* [n] the node's steps were allocated (its saved buffers, parameters) */
+    bool *held;            /* [n] the node's output (and gradient) has memory */
+    pd_tensor *outputs;    /* [n] views into the arena (or the aliased input); no data where not held */
     pd_tensor *grads;      /* [n] views; data NULL where no gradient flows */
     pd_tensor **scratch;   /* [n][PD_LAYER_MAX_INPUTS] per input slot, for summing fan-in gradients */
     bool *needs_grad;      /* [n] */
@@ -33,7 +36,7 @@ struct pd_graph {
 /* The device the graph computes on. */
 pd_device *pd_graph_device(const pd_graph *g);
 
-/* Frees what pd_graph_allocate made (graph.c). */
+/* Frees what pd_graph_allocate made (graph_alloc.c). */
 void pd_graph_release_memory(pd_graph *g);
 
 #endif

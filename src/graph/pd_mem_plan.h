@@ -1,6 +1,6 @@
 /* Offline memory planning: blocks with lifetimes (in schedule steps) get
  * offsets in one arena such that blocks alive at the same step never
- * overlap. Used once per graph (and later per pipeline stage). */
+ * overlap. Used once per graph, whole or a pipeline stage's part. */
 #ifndef PD_MEM_PLAN_H
 #define PD_MEM_PLAN_H
 
