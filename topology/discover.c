@@ -158,6 +158,20 @@ static pd_status ensure_vertex(pd_topo *t, hwloc_topology_t hw, hwloc_obj_t obj,
 
 /* ---- the parts of a node ---- */
 
+/* The cores of a NUMA node's CPUs, when hwloc numbers them in a row. */
+static void count_cores(hwloc_topology_t hw, hwloc_const_cpuset_t cpuset, pd_topo_numa *m)
+{
+    hwloc_obj_t first = hwloc_get_next_obj_inside_cpuset_by_type(hw, cpuset, HWLOC_OBJ_CORE, NULL);
+    hwloc_obj_t core = first;
+    int n = 0;
+
+    for (; core; core = hwloc_get_next_obj_inside_cpuset_by_type(hw, cpuset, HWLOC_OBJ_CORE, core), n++)
+        if ((int)core->logical_index != (int)first->logical_index + n)
+            return;
+    m->cores = n;
+    m->first_core = first ? (int)first->logical_index : 0;
+}
+
 static pd_status add_numa_nodes(pd_topo *t, hwloc_topology_t hw)
 {
     int n = hwloc_get_nbobjs_by_type(hw, HWLOC_OBJ_NUMANODE);
@@ -175,8 +189,10 @@ static pd_status add_numa_nodes(pd_topo *t, hwloc_topology_t hw)
         m->package = pkg ? (int)pkg->os_index : -1;
         m->pus = node->cpuset ? hwloc_bitmap_weight(node->cpuset) : 0;
         m->memory_bytes = node->attr->numanode.local_memory;
-        if (node->cpuset)
+        if (node->cpuset) {
             hwloc_bitmap_snprintf(m->cpuset, sizeof(m->cpuset), node->cpuset);
+            count_cores(hw, node->cpuset, m);
+        }
         snprintf(name, sizeof(name), "numa%d", m->os_index);
         PD_CHECK(pd_topo_add_vertex(t, PD_TOPO_CPU, name, m->os_index, &v));
     }
@@ -428,22 +444,22 @@ fail:
     return s;
 }
 
-static pd_status init(hwloc_topology_t *hw)
+/* `io`: every PCI device (NVSwitches are "other bridge" devices, which
+ * the default filter drops) and OS device; else none. */
+static pd_status init(hwloc_topology_t *hw, bool io)
 {
     if (hwloc_topology_init(hw) != 0)
         return PD_ERROR(PD_EDEVICE, "topology: hwloc_topology_init failed: %s", strerror(errno));
-    /* Every PCI device (NVSwitches are "other bridge" devices, which the
-     * default filter drops) and OS device. */
-    hwloc_topology_set_io_types_filter(*hw, HWLOC_TYPE_FILTER_KEEP_ALL);
+    hwloc_topology_set_io_types_filter(*hw, io ? HWLOC_TYPE_FILTER_KEEP_ALL : HWLOC_TYPE_FILTER_KEEP_NONE);
     return PD_OK;
 }
 
-pd_status pd_topo_discover(pd_topo **out)
+static pd_status discover_live(bool io, pd_topo **out)
 {
     hwloc_topology_t hw;
     pd_status s;
 
-    PD_CHECK(init(&hw));
+    PD_CHECK(init(&hw, io));
     if (hwloc_topology_load(hw) != 0) {
         s = PD_ERROR(PD_EDEVICE, "topology: hwloc could not discover this machine: %s", strerror(errno));
         hwloc_topology_destroy(hw);
@@ -456,6 +472,10 @@ pd_status pd_topo_discover(pd_topo **out)
     (*out)->hwloc = hw;
     return PD_OK;
 }
+
+pd_status pd_topo_discover(pd_topo **out) { return discover_live(true, out); }
+
+pd_status pd_topo_discover_cpus(pd_topo **out) { return discover_live(false, out); }
 
 /* hwloc 3 keeps the host name among the topology's own infos, after the
  * root object, where hwloc 2 does not look. */
@@ -493,7 +513,7 @@ pd_status pd_topo_load_xml(const char *path, pd_topo **out)
     size = (size_t)n;
     xml[size] = '\0';
     PD_CHECK_GOTO(pd_topo_xml_compat(xml, size, path, &compat, &compat_size), s, release);
-    PD_CHECK_GOTO(init(&hw), s, release);
+    PD_CHECK_GOTO(init(&hw, true), s, release);
     /* hwloc wants the buffer's size with its terminating NUL. */
     if (hwloc_topology_set_xmlbuffer(hw, compat, (int)compat_size + 1) != 0 || hwloc_topology_load(hw) != 0) {
         s = PD_ERROR(PD_EFORMAT, "%s: not a valid hwloc XML topology", path);

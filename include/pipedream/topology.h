@@ -96,6 +96,10 @@ typedef struct pd_topo_numa {
     int pus;              /* hardware threads */
     uint64_t memory_bytes;
     char cpuset[128];     /* hwloc's cpuset string, "" unknown */
+    int cores;            /* its cores (hwloc Core objects); 0 unknown (a
+                             cluster file's node, cores not numbered in a row) */
+    int first_core;       /* logical index of the first, in hwloc's numbering
+                             (hwloc-bind core:N); its cores follow in a row */
 } pd_topo_numa;
 
 typedef struct pd_topo_gpu {
@@ -162,6 +166,11 @@ typedef struct pd_topo {
  * hwloc fails. Free with pd_topo_destroy. */
 pd_status pd_topo_discover(pd_topo **out);
 
+/* Like pd_topo_discover without the I/O devices (no PCI tree, GPUs or
+ * NICs): packages, cores and NUMA nodes, quickly; enough to bind a
+ * process (pd_topo_bind_cores). PD_EDEVICE if hwloc fails. */
+pd_status pd_topo_discover_cpus(pd_topo **out);
+
 /* Like pd_topo_discover from an hwloc XML file (hwloc 2 format; a file
  * written by hwloc 3 is read the same when its content is hwloc 2's).
  * PD_EIO if unreadable, PD_EFORMAT "path: not a valid hwloc XML topology"
@@ -188,6 +197,15 @@ void pd_topo_print(const pd_topo *topo, FILE *out);
  * GPU, NIC and NUMA node (-1 if none) are returned through the nullable
  * outputs. PD_ENOTSUP for a topology not discovered live. */
 pd_status pd_topo_bind(const pd_topo *topo, int local_rank, int *gpu, int *nic, int *numa);
+
+/* Binds the calling process (all its threads) to the `n_cores` cores from
+ * logical index `first_core` (pd_topo_numa's numbering; n_cores 0 leaves
+ * the CPUs as they are) and its memory to NUMA node `numa` (os index; -1
+ * leaves it), preferred rather than strict. PD_ENOTSUP for a topology not
+ * discovered live, PD_EINVAL for cores or a node it does not have,
+ * PD_EDEVICE when the system refuses (memory binding only where the node
+ * has several NUMA nodes: containers often forbid it). */
+pd_status pd_topo_bind_cores(const pd_topo *topo, int first_core, int n_cores, int numa);
 
 /* ---- the cluster ---- */
 

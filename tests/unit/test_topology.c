@@ -25,18 +25,7 @@
 
 #include "core/pd_units.h"
 #include "test_files.h"
-
-static pd_topo *load(const char *name)
-{
-    char rel[256];
-    pd_topo *t = NULL;
-
-    snprintf(rel, sizeof(rel), "tests/topology/%s.xml", name);
-    if (pd_topo_load_xml(test_src_path(rel), &t) != PD_OK)
-        print_error("%s\n", pd_last_error());
-    assert_non_null(t);
-    return t;
-}
+#include "test_topo_xml.h"
 
 static char *print_to_string(const pd_topo *t)
 {
@@ -48,24 +37,6 @@ static char *print_to_string(const pd_topo *t)
     pd_topo_print(t, f);
     assert_int_equal(fclose(f), 0);
     return text;
-}
-
-static int gpu_index(const pd_topo *t, const char *name)
-{
-    for (int i = 0; i < t->n_gpus; i++)
-        if (strcmp(t->gpus[i].name, name) == 0)
-            return i;
-    fail_msg("no GPU %s", name);
-    return -1;
-}
-
-static int nic_index(const pd_topo *t, const char *name)
-{
-    for (int k = 0; k < t->n_nics; k++)
-        if (strcmp(t->nics[k].name, name) == 0)
-            return k;
-    fail_msg("no NIC %s", name);
-    return -1;
 }
 
 /* ---- golden files ---- */
@@ -80,7 +51,7 @@ static void test_golden_text(void **state)
     for (size_t m = 0; m < sizeof(machines) / sizeof(machines[0]); m++) {
         char rel[256];
         size_t size;
-        pd_topo *t = load(machines[m]);
+        pd_topo *t = test_topo_load(machines[m]);
         char *text = print_to_string(t);
         snprintf(rel, sizeof(rel), "tests/topology/%s.expected", machines[m]);
         unsigned char *expected = test_read_file(test_src_path(rel), &size);
@@ -105,7 +76,7 @@ static void test_golden_text(void **state)
  * its baseboard's 6 NVSwitches (25 GB/s each); every pair 150 GB/s. */
 static void test_dgx2(void **state)
 {
-    pd_topo *t = load("nvidiaDGX2");
+    pd_topo *t = test_topo_load("nvidiaDGX2");
 
     assert_int_equal(t->n_gpus, 16);
     assert_int_equal(t->n_nics, 0);
@@ -141,8 +112,8 @@ static void test_dgx2(void **state)
  * Ethernet ports on node 0. */
 static void test_24em64t_locality(void **state)
 {
-    pd_topo *t = load("24em64t-2n6c2t-pci");
-    int mlx = nic_index(t, "mlx4_0");
+    pd_topo *t = test_topo_load("24em64t-2n6c2t-pci");
+    int mlx = test_topo_nic(t, "mlx4_0");
 
     assert_int_equal(t->n_gpus, 3);
     assert_string_equal(t->gpus[0].pci_busid, "0000:06:00.0");
@@ -155,7 +126,7 @@ static void test_24em64t_locality(void **state)
     assert_true(t->nics[mlx].rdma);
     assert_string_equal(t->nics[mlx].netdevs, "eth2 ib0");
     assert_int_equal(t->nics[mlx].numa, 0);
-    assert_false(t->nics[nic_index(t, "eth0")].rdma);
+    assert_false(t->nics[test_topo_nic(t, "eth0")].rdma);
     for (int i = 0; i < 3; i++)
         assert_int_equal(t->gpus[i].nic, mlx);
     assert_int_equal(pd_topo_gpu_nic_path(t, 0, mlx)->type, PD_TOPO_PATH_PHB);
@@ -174,8 +145,8 @@ static void test_24em64t_locality(void **state)
  * node 0 reaches it across the sockets. */
 static void test_32em64t_locality(void **state)
 {
-    pd_topo *t = load("32em64t-2n8c2t-pci-wholeio");
-    int cuda = gpu_index(t, "cuda0"), mlx = nic_index(t, "mlx5_0");
+    pd_topo *t = test_topo_load("32em64t-2n8c2t-pci-wholeio");
+    int cuda = test_topo_gpu(t, "cuda0"), mlx = test_topo_nic(t, "mlx5_0");
 
     assert_int_equal(t->n_gpus, 3);
     assert_string_equal(t->gpus[cuda].model, "Tesla K40m");
@@ -196,15 +167,15 @@ static void test_32em64t_locality(void **state)
 /* CPU-only machines: a worker per package, memory as the link. */
 static void test_cpu_only(void **state)
 {
-    pd_topo *t = load("40intel64-2g2n4c+pcilocality");
-    int qib = nic_index(t, "qib0");
+    pd_topo *t = test_topo_load("40intel64-2g2n4c+pcilocality");
+    int qib = test_topo_nic(t, "qib0");
 
     assert_int_equal(t->n_gpus, 0);
     assert_int_equal(t->n_numa, 4);
     assert_int_equal(t->n_nics, 5);
     assert_true(t->nics[qib].rdma);
     assert_int_equal(t->nics[qib].numa, 1);
-    assert_int_equal(t->nics[nic_index(t, "eth3")].numa, 0);
+    assert_int_equal(t->nics[test_topo_nic(t, "eth3")].numa, 0);
     assert_string_equal(t->worker, "socket");
     assert_int_equal(t->workers, 4);
     assert_int_equal(t->levels[0].fanout, 4);
@@ -212,7 +183,7 @@ static void test_cpu_only(void **state)
     assert_string_equal(t->levels[0].source, "default");
     pd_topo_destroy(t);
 
-    t = load("96em64t-4n4d3ca2co-pci");
+    t = test_topo_load("96em64t-4n4d3ca2co-pci");
     assert_int_equal(t->n_gpus, 0);
     assert_int_equal(t->packages, 16);
     assert_int_equal(t->n_nics, 8);
@@ -265,7 +236,7 @@ static void test_bind(void **state)
     assert_true(CPU_COUNT(&set) >= 1);
     assert_int_equal(pd_topo_bind(t, -1, NULL, NULL, NULL), PD_EINVAL);
     pd_topo_destroy(t);
-    xml = load("nvidiaDGX2");
+    xml = test_topo_load("nvidiaDGX2");
     assert_int_equal(pd_topo_bind(xml, 0, NULL, NULL, NULL), PD_ENOTSUP);
     pd_topo_destroy(xml);
 }
@@ -285,7 +256,7 @@ static void assert_levels_equal(const pd_cluster_level *a, const pd_cluster_leve
 
 static void test_cluster_round_trip(void **state)
 {
-    pd_topo *t = load("nvidiaDGX2");
+    pd_topo *t = test_topo_load("nvidiaDGX2");
     pd_cluster_network net = {.bandwidth_bytes_per_s = 12.5e9, .latency_s = -1};
     pd_cluster *c, *back;
     pd_cluster_level levels[PD_CLUSTER_MAX_LEVELS];
@@ -322,7 +293,7 @@ static void test_cluster_round_trip(void **state)
 
     /* mirage004: the network is the GPUs' narrowest way out, the HCA's
      * PCIe link (2 GB/s, its rate being unknown in XML). */
-    t = load("24em64t-2n6c2t-pci");
+    t = test_topo_load("24em64t-2n6c2t-pci");
     assert_int_equal(pd_cluster_build(t, 2, NULL, &c), PD_OK);
     assert_int_equal(c->n_levels, 2);
     assert_true(c->levels[1].bandwidth_bytes_per_s == 2e9);
