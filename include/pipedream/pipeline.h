@@ -19,6 +19,7 @@
 #include <pipedream/sched.h>
 #include <pipedream/status.h>
 #include <pipedream/trainer.h>
+#include <pipedream/weight_ring.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -57,6 +58,21 @@ typedef struct pd_pipeline_options {
     pd_sched_type schedule;   /* 1f1b (0), gpipe, dp, straight */
     int microbatches;         /* gpipe: minibatches per flush; 0 = stages x replicas' lcm */
     bool vertical_sync;       /* 1f1b: every stage uses stage 0's weight version */
+    /* 1f1b's weight versions: PD_WEIGHT_VERSIONS_STASH (0): every
+     * minibatch in flight keeps the version its forward ran on (PipeDream's
+     * weight stashing, a ring of in-flight + 2 versions per stage);
+     * PD_WEIGHT_VERSIONS_2BW (2): PipeDream-2BW, two versions per stage:
+     * the gradients of `accumulate` minibatches (a batch) are summed and
+     * averaged into one update, batch k runs at every stage on the weights
+     * after k - 1 updates and update k + 1 applies batch k's gradient to
+     * the newest weights, W(k+1) = W(k) - lr grad f(W(k-1))
+     * (pd_sched_2bw_accumulate; the schedule 1f1b-2bw). The pipeline drains
+     * at a segment's end (epochs, evaluations, checkpoints), so there every
+     * update is applied and the next segment starts from the newest
+     * weights, with no gradient left to carry. Not with vertical_sync,
+     * overlap_allreduce or another schedule. */
+    int weight_versions;
+    int accumulate;           /* 2BW: minibatches per update; 0: the default, the pipeline's depth or more */
     /* 1f1b, replicated stages: take a round's step after the next forward,
      * which overlaps the all-reduce but runs that forward on weights a
      * round old (the schedule generator's order). false: step right after
@@ -69,7 +85,42 @@ typedef struct pd_pipeline_options {
      * for each peer), and rank 0 a line per evaluation; 0: every 10 s;
      * < 0: no lines. */
     double progress_seconds;
+    /* How each rank binds itself at start-up, before anything is allocated
+     * (docs/runtime.md, "Binding"): "auto" (NULL: $PD_BIND, else "auto")
+     * picks the rank's GPU by its local rank (through CUDA_VISIBLE_DEVICES
+     * or SLURM_GPUS_ON_NODE where set; "cuda" becomes that "cuda:N"), the
+     * NIC nearest to it (the channels listen on its address) and its NUMA
+     * node's share of the cores and memory, from the node's topology
+     * (discovered, or the hwloc XML $PD_TOPO_XML names); "none" binds
+     * nothing. */
+    const char *bind;
 } pd_pipeline_options;
+
+/* Where a rank was bound at start-up (pd_pipeline_get_binding). Indices
+ * are the node topology's (GPUs in PCI bus order); -1 is none. */
+typedef struct pd_pipeline_binding {
+    bool bound;            /* the CPUs (and memory) were bound */
+    int local_rank, local_ranks;
+    int gpu;               /* the node's GPU of this rank */
+    int cuda_device;       /* its CUDA ordinal among the visible devices */
+    char gpu_busid[16];
+    char device[16];       /* "cuda:N" when the rank's device was "cuda" */
+    int nic;               /* the GPU's (or cores') nearest NIC */
+    char nic_name[32];     /* "mlx5_1", "eth0"; "" none */
+    bool nic_rdma;
+    char nic_address[48];  /* its IPv4 address here when it is an RDMA NIC
+                              of this machine (the channels listen on it) */
+    int numa;              /* os index of the NUMA node memory is bound to */
+    int first_core, cores; /* logical indices (hwloc's); cores 0: CPUs not bound */
+    int sharing;           /* local ranks bound to these same cores (1: alone) */
+    char line[320];        /* "rank 1 (local 1 of 2): GPU 1 (0000:3b:00.0) ..." */
+} pd_pipeline_binding;
+
+/* Checks a binding mode as pd_pipeline_options.bind takes it and, for
+ * "auto", that $PD_TOPO_XML (when set) can be read: PD_EINVAL or PD_EIO
+ * naming the value or file, as pd_pipeline_create would fail, so that a
+ * launcher can refuse before starting ranks. */
+pd_status pd_pipeline_check_bind(const char *bind);
 
 /* Where this rank sits. */
 typedef struct pd_pipeline_info {
@@ -83,6 +134,7 @@ typedef struct pd_pipeline_info {
     int64_t test_samples;    /* evaluated after each epoch; 0: no evaluation */
     int in_flight;           /* this stage's warm-up forwards */
     int weight_versions;     /* the depth of this stage's weight ring */
+    int accumulate;          /* 2BW: minibatches per update; 0 otherwise */
     int64_t parameters;      /* trainable elements of this stage */
 } pd_pipeline_info;
 
@@ -99,6 +151,11 @@ typedef struct pd_pipeline_result {
     double samples_per_s;   /* minibatches x batch / seconds */
 } pd_pipeline_result;
 
+/* Checks the options alone (no file is read), as pd_pipeline_create does
+ * first: PD_EINVAL or PD_ENOTSUP naming the option, so that a launcher can
+ * refuse before starting ranks. */
+pd_status pd_pipeline_check_options(const pd_pipeline_options *opts);
+
 /* Bootstraps this rank: MPI, the plan and profile (or --plan auto's), the
  * model with this stage's nodes and optimizer, the run's segments and
  * their schedules (checked for deadlock), the checkpoint resumed from, the
@@ -112,6 +169,9 @@ pd_status pd_pipeline_create(const pd_pipeline_options *opts, pd_pipeline **out)
 
 /* Fills *out. */
 void pd_pipeline_get_info(const pd_pipeline *p, pd_pipeline_info *out);
+
+/* Fills *out with where this rank was bound (its `line` says it). */
+void pd_pipeline_get_binding(const pd_pipeline *p, pd_pipeline_binding *out);
 
 /* Runs the training, segment by segment with the evaluations: this
  * rank's action list of each, then every minibatch's loss and accuracy and

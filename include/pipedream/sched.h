@@ -43,10 +43,12 @@ typedef enum pd_sched_type {
     PD_SCHED_GPIPE,       /* fill and drain, flush (one step) every `microbatches` */
     PD_SCHED_DP,          /* one stage on every rank, BSP all-reduce every step */
     PD_SCHED_STRAIGHT,    /* model parallel, one minibatch in flight */
+    PD_SCHED_1F1B_2BW,    /* PipeDream-2BW: 1F1B, one update every `microbatches`, two weight versions */
     PD_SCHED_TYPE_COUNT,
 } pd_sched_type;
 
-/* "1f1b", "1f1b-vsync", "gpipe", "dp", "straight"; NULL if out of range. */
+/* "1f1b", "1f1b-vsync", "gpipe", "dp", "straight", "1f1b-2bw"; NULL if out
+ * of range. */
 const char *pd_sched_type_name(pd_sched_type type);
 
 /* The type called `name` (the names above); PD_EINVAL names it otherwise. */
@@ -119,7 +121,10 @@ void pd_sched_costs_destroy(pd_sched_costs *costs);
 typedef struct pd_sched_options {
     pd_sched_type type;
     int minibatches;      /* training minibatches, a multiple of every stage's replicas (gpipe: of microbatches) */
-    int microbatches;     /* gpipe: minibatches per flush, a multiple of every stage's replicas */
+    /* gpipe: minibatches per flush, a multiple of every stage's replicas;
+     * 1f1b-2bw: minibatches per weight version (the gradients one update
+     * sums), 0 for pd_sched_2bw_accumulate's default */
+    int microbatches;
     int eval_minibatches; /* evaluation forwards after training (0: none) */
     int depth;            /* slots per channel for the checker and the simulator; >= 1 */
     /* 1f1b on replicated stages: take round i's step after backward i + 1
@@ -132,13 +137,13 @@ typedef struct pd_sched_options {
      * backward i + 1 runs while round i is reduced. */
     bool defer_step;
     /* 1f1b with costs: raise each stage's warm-up above
-     * pd_sched_1f1b_in_flight where the stages' real forward, backward
+     * pd_plan_1f1b_in_flight where the stages' real forward, backward
      * and transfer times (bytes over the plan's links) say the pipeline
      * would otherwise wait at the period of the slowest stage's compute
      * (src/sched/warmup.c derives it). More minibatches in flight: more stash and versions;
      * the extra ones travel in the channels, so the schedule's depth is
      * opts.depth plus the most forwards a stage runs beyond
-     * pd_sched_1f1b_in_flight's. */
+     * pd_plan_1f1b_in_flight's. */
     bool warmup_from_costs;
 } pd_sched_options;
 
@@ -158,22 +163,23 @@ typedef struct pd_sched {
     pd_sched_action **actions; /* per rank: its list */
 } pd_sched;
 
-/* 1F1B's warm-up forwards per replica of each of `n_stages` stages with
- * the given replicas (pd_sched_generate uses it): 1 at the last stage, and
- * upstream one more than it takes to cover, shared among the stage's
- * replicas, every minibatch in flight at the next stage:
- * w_s = 1 + ceil(w_{s+1} r_{s+1} / r_s). This is PipeDream's NOAM,
- * ceil(workers of stages s.. / r_s), whenever the divisions below are
- * exact (unreplicated pipelines, 15-1, 2-2, ...); where one rounds up
- * (1-2-1: 5 at stage 0, not 4) NOAM falls short of what a rank needs to
- * never wait when every stage takes its replicas' share of the time per
- * minibatch (docs/simulator.md). */
-void pd_sched_1f1b_in_flight(int n_stages, const int *replicas, int *in_flight);
+/* PipeDream-2BW (1f1b-2bw): minibatch b of batch k = b / m runs its
+ * forward and backward at every stage on the weights after k - 1 updates
+ * (0 for the first two batches), and a stage's update k + 1 applies batch
+ * k's gradients, summed over its m minibatches and its replicas, to the
+ * newest weights: W(k+1) = W(k) - lr grad f(W(k-1)). The minibatches per
+ * update m: `requested`, or when 0 the smallest allowed: a multiple of
+ * every stage's replicas r_s, at least the pipeline's depth (stages) and
+ * at least r_s (w_s - 1) at every stage (w_s: its 1F1B warm-up forwards,
+ * pd_plan_1f1b_in_flight), so that a forward never waits for a version
+ * and at most two versions are alive. PD_EINVAL names the bound a
+ * requested m misses. */
+pd_status pd_sched_2bw_accumulate(const pd_plan *plan, int requested, int *out);
 
 /* Generates every rank's list for `plan` under `opts`. `costs` (nullable)
  * gives the message and all-reduce bytes (0 without). 1F1B's warm-up is
- * pd_sched_1f1b_in_flight's. dp needs a one-stage plan, straight one
- * replica per stage. PD_EINVAL names a bad option or plan. */
+ * pd_plan_1f1b_in_flight's (also 1f1b-2bw's, whose last batch may be
+ * shorter). dp needs a one-stage plan, straight one replica per stage. PD_EINVAL names a bad option or plan. */
 pd_status pd_sched_generate(const pd_plan *plan, const pd_sched_costs *costs, const pd_sched_options *opts,
                             pd_sched **out);
 
@@ -192,10 +198,11 @@ void pd_sched_print(const pd_sched *s, FILE *out);
  * s->depth slots, receives on an empty one, steps on an all-reduce round
  * not yet posted by every replica) and checks what it sees: a receive
  * whose channel holds another message first, a forward or backward without
- * its input, a deadlock (no rank can move; every blocked rank named), a
- * message never received, and a training minibatch not forwarded and
- * backwarded once at every stage by its replica (or an evaluation one not
- * evaluated). PD_ESTATE with the first problem, naming rank, action index,
+ * its input, a forward on a weight version its rank has not published, a
+ * deadlock (no rank can move; every blocked rank named), a message never
+ * received, a training minibatch not forwarded and backwarded once at
+ * every stage by its replica (or an evaluation one not evaluated), and for
+ * 1f1b-2bw a rank keeping more than two versions alive. PD_ESTATE with the first problem, naming rank, action index,
  * action and minibatch ("rank 1 action 7 (recv-act mb 3 from rank 0): ...").
  * `s` may have been edited by hand after generation. */
 pd_status pd_sched_check(const pd_sched *s);

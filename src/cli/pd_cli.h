@@ -106,8 +106,9 @@ void pd_cli_train_usage(FILE *out);
  * the command line, and the run of this rank under mpirun (`np` > 0:
  * exec `mpirun -np np` on this command line without --np instead). */
 typedef struct pd_cli_pipeline_args {
-    const char *plan, *profile, *schedule, *transport, *levels;
+    const char *plan, *profile, *schedule, *transport, *levels, *bind;
     int64_t microbatches, np, timeout;
+    int64_t weight_versions, accumulate; /* 0: not given */
     double progress; /* --progress-every seconds; 0: the runtime's default */
     bool vertical_sync, overlap_allreduce, quiet;
 } pd_cli_pipeline_args;

@@ -92,6 +92,9 @@ enum {
     OPT_PROGRESS_EVERY,
     OPT_LEVELS,
     OPT_OVERLAP_ALLREDUCE,
+    OPT_BIND,
+    OPT_WEIGHT_VERSIONS,
+    OPT_ACCUMULATE,
 };
 
 static double now_seconds(void)
@@ -328,6 +331,9 @@ static int parse_args(int argc, char **argv, train_args *a)
         {"progress-every", required_argument, NULL, OPT_PROGRESS_EVERY},
         {"levels", required_argument, NULL, OPT_LEVELS},
         {"overlap-allreduce", no_argument, NULL, OPT_OVERLAP_ALLREDUCE},
+        {"bind", required_argument, NULL, OPT_BIND},
+        {"weight-versions", required_argument, NULL, OPT_WEIGHT_VERSIONS},
+        {"accumulate", required_argument, NULL, OPT_ACCUMULATE},
         {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -405,9 +411,16 @@ static int parse_args(int argc, char **argv, train_args *a)
         case OPT_TRANSPORT: a->pipeline.transport = optarg; break;
         case OPT_LEVELS: a->pipeline.levels = optarg; break;
         case OPT_OVERLAP_ALLREDUCE: a->pipeline.overlap_allreduce = true; break;
+        case OPT_BIND: a->pipeline.bind = optarg; break;
         case OPT_VERTICAL_SYNC: a->pipeline.vertical_sync = true; break;
         case OPT_MICROBATCHES:
             bad = pd_cli_parse_int64("--microbatches", optarg, 1, 1 << 20, &a->pipeline.microbatches);
+            break;
+        case OPT_WEIGHT_VERSIONS:
+            bad = pd_cli_parse_int64("--weight-versions", optarg, 1, 1 << 16, &a->pipeline.weight_versions);
+            break;
+        case OPT_ACCUMULATE:
+            bad = pd_cli_parse_int64("--accumulate", optarg, 1, 1 << 20, &a->pipeline.accumulate);
             break;
         case OPT_NP: bad = pd_cli_parse_int64("--np", optarg, 1, 1 << 16, &a->pipeline.np); break;
         case OPT_TIMEOUT: bad = pd_cli_parse_int64("--timeout", optarg, 1, 86400, &a->pipeline.timeout); break;
@@ -614,6 +627,10 @@ int pd_cli_train(int argc, char **argv)
         }
         a.pipeline.quiet = a.quiet;
         return pd_cli_train_pipeline(argc, argv, &a.t, &a.pipeline);
+    }
+    if (a.pipeline.weight_versions || a.pipeline.accumulate) {
+        pd_cli_error("train: --weight-versions and --accumulate are for pipeline training (--plan or --np)");
+        return PD_CLI_USAGE;
     }
     a.t.progress = on_progress;
     a.t.progress_user = &ps;

@@ -32,6 +32,12 @@ void pd_cli_train_pipeline_usage(FILE *out)
             "  --schedule NAME        1f1b (default), gpipe, dp or straight\n"
             "  --microbatches N       gpipe: minibatches per flush (default stages x replicas)\n"
             "  --vertical-sync        1f1b: every stage uses stage 0's weight version\n"
+            "  --weight-versions 2    1f1b as PipeDream-2BW: two weight versions per stage\n"
+            "                         (not one per minibatch in flight); the gradients of\n"
+            "                         --accumulate minibatches make one update, batch k\n"
+            "                         runs on the weights after k - 1 updates\n"
+            "  --accumulate M         2BW: minibatches per update (default: the pipeline's\n"
+            "                         depth, more when replicas need it)\n"
             "  --overlap-allreduce    1f1b, replicated stages: step after the next forward\n"
             "                         (which then runs on weights a round old) instead of\n"
             "                         right after the gradient all-reduce\n"
@@ -41,6 +47,12 @@ void pd_cli_train_pipeline_usage(FILE *out)
             "                         gets cores/N OpenMP threads unless OMP_NUM_THREADS)\n"
             "  --timeout S            fail when a peer is silent for S seconds (default 20)\n"
             "  --transport LIST       channel backends in preference order (default shm,tcp)\n"
+            "  --bind auto|none       auto (default, or $PD_BIND): each rank binds to the GPU\n"
+            "                         of its local rank (CUDA_VISIBLE_DEVICES), the NIC\n"
+            "                         nearest to it and its NUMA node's share of the cores\n"
+            "                         and memory (CPU-only: a share of the node's cores),\n"
+            "                         from the topology ($PD_TOPO_XML: an hwloc XML instead\n"
+            "                         of discovery) and prints where; none: no binding\n"
             "  --progress-every S     every rank prints a progress line every S seconds\n"
             "                         (default 10): samples/s, loss and accuracy (last\n"
             "                         stage), seconds spent waiting for each peer\n"
@@ -129,6 +141,15 @@ static int check_args(pd_trainer_options *t, const pd_cli_pipeline_args *pa, pd_
         pd_cli_error("train: --levels is for --plan auto (a plan file has its cluster)");
         return PD_CLI_USAGE;
     }
+    if (pa->weight_versions && pa->weight_versions != PD_WEIGHT_VERSIONS_2BW) {
+        pd_cli_error("train: --weight-versions %lld: only 2 (PipeDream-2BW, double-buffered weights); without the "
+                     "option every minibatch in flight keeps its own version", (long long)pa->weight_versions);
+        return PD_CLI_USAGE;
+    }
+    if (pa->accumulate && !pa->weight_versions) {
+        pd_cli_error("train: --accumulate is for --weight-versions 2 (PipeDream-2BW)");
+        return PD_CLI_USAGE;
+    }
     *o = (pd_pipeline_options){
         .train = *t,
         .plan_path = automatic ? "auto" : pa->plan,
@@ -137,12 +158,23 @@ static int check_args(pd_trainer_options *t, const pd_cli_pipeline_args *pa, pd_
         .microbatches = (int)pa->microbatches,
         .vertical_sync = pa->vertical_sync,
         .overlap_allreduce = pa->overlap_allreduce,
+        .weight_versions = (int)pa->weight_versions,
+        .accumulate = (int)pa->accumulate,
         .backends = pa->transport,
         .timeout_ms = (int)(pa->timeout * 1000),
         .progress_seconds = pa->quiet ? -1.0 : pa->progress,
+        .bind = pa->bind,
     };
     if (pa->schedule && pd_sched_type_parse(pa->schedule, &o->schedule) != PD_OK) {
         pd_cli_error("train: --schedule: %s", pd_last_error());
+        return PD_CLI_USAGE;
+    }
+    if (pd_pipeline_check_bind(pa->bind) != PD_OK) {
+        pd_cli_error("train: %s", pd_last_error());
+        return PD_CLI_USAGE;
+    }
+    if (pd_pipeline_check_options(o) != PD_OK) {
+        pd_cli_error("train: %s", pd_last_error());
         return PD_CLI_USAGE;
     }
     return -1;
@@ -173,6 +205,7 @@ int pd_cli_train_pipeline(int argc, char **argv, struct pd_trainer_options *t, c
     pd_pipeline_options o;
     pd_pipeline *p = NULL;
     pd_pipeline_info info;
+    pd_pipeline_binding binding;
     pd_pipeline_result r;
     pd_status s;
     int code;
@@ -184,18 +217,25 @@ int pd_cli_train_pipeline(int argc, char **argv, struct pd_trainer_options *t, c
         return PD_CLI_USAGE;
     }
 #endif
-    if (pa->np)
-        return exec_mpirun(argc, argv, pa->np, !pa->plan);
+    /* Bad options stop here, before any rank starts. */
     if ((code = check_args(t, pa, &o)) >= 0)
         return code;
+    if (pa->np)
+        return exec_mpirun(argc, argv, pa->np, !pa->plan);
     if ((s = pd_pipeline_create(&o, &p)) != PD_OK)
         goto fail;
     pd_pipeline_get_info(p, &info);
+    pd_pipeline_get_binding(p, &binding);
+    if (!pa->quiet)
+        fprintf(stderr, "pipedream: %s\n", binding.line);
+    char accumulate[64] = "";
+    if (info.accumulate)
+        snprintf(accumulate, sizeof(accumulate), " (2BW, an update every %d minibatches)", info.accumulate);
     if (!pa->quiet)
         fprintf(stderr, "pipedream: rank %d of %d (pid %ld): stage %d of %d, replica %d of %d, %lld parameters, "
-                        "%d in flight, %d weight versions\n", info.rank, info.ranks, (long)getpid(), info.stage,
+                        "%d in flight, %d weight versions%s\n", info.rank, info.ranks, (long)getpid(), info.stage,
                 info.n_stages, info.replica, info.replicas, (long long)info.parameters, info.in_flight,
-                info.weight_versions);
+                info.weight_versions, accumulate);
     if ((s = pd_pipeline_run(p)) != PD_OK)
         goto fail;
     pd_pipeline_get_result(p, &r);

@@ -185,8 +185,11 @@ pd_status pd_boot_channels(pd_boot *b, const pd_sched *s, const size_t *cut, con
     }
     if (b->rank < s->n_ranks)
         channel_peers(s, b->rank, want);
-    const pd_channel_config base = {
-        .depth = b->depth, .token = &b->token, .backends = backends, .timeout_ms = timeout_ms};
+    const pd_channel_config base = {.depth = b->depth,
+                                    .token = &b->token,
+                                    .backends = backends,
+                                    .host = b->binding.nic_address[0] ? b->binding.nic_address : NULL,
+                                    .timeout_ms = timeout_ms};
     for (int r = 0; r < b->ranks && st == PD_OK; r++)
         if (want[r] & 1)
             st = add_channel(b, r, false, message_bytes(s, r, b->rank, cut, cut_grad), &base);

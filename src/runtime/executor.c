@@ -214,7 +214,9 @@ static pd_status forward(pd_pipeline *p, int i, const pd_sched_action *a)
         return PD_ERROR(PD_ESTATE, "pipeline: rank %d: forward of minibatch %lld: no pin slot or unknown weight "
                                    "version %d", p->boot.rank, (long long)mb, a->weight_version);
     uint64_t want = p->version_of[a->weight_version];
-    if (p->opts.vertical_sync) {
+    /* Vertical sync and 2BW run a minibatch on the version the schedule
+     * gives it, which may be older than the newest. */
+    if (p->opts.vertical_sync || p->sched->type == PD_SCHED_1F1B_2BW) {
         PD_CHECK(pd_weight_ring_pin_version(p->ver.ring, want, &pin));
     } else {
         pd_weight_ring_pin_newest(p->ver.ring, &pin);
@@ -301,8 +303,8 @@ static pd_status backward(pd_pipeline *p, const pd_sched_action *a)
     p->progress.backwards++;
     if (p->grad_count++ == 0)
         return pd_stage_params_get(st, true, p->grad_acc);
-    /* More than one backward pass per step (gpipe's flushes): a sum, the
-     * second half of grad_acc as scratch. */
+    /* More than one backward pass per step (gpipe's flushes, 2BW's
+     * batches): a sum, the second half of grad_acc as scratch. */
     PD_CHECK(pd_stage_params_get(st, true, p->grad_acc + st->n_weights));
     for (size_t k = 0; k < st->n_weights; k++)
         p->grad_acc[k] += p->grad_acc[st->n_weights + k];

@@ -6,6 +6,7 @@ src_runtime_libpd_runtime_la_SOURCES = \
 	src/runtime/weight_ring.c \
 	src/runtime/pd_runtime_int.h \
 	src/runtime/bootstrap.c \
+	src/runtime/binding.c \
 	src/runtime/stage.c \
 	src/runtime/versions.c \
 	src/runtime/executor.c \

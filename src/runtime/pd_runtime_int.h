@@ -10,6 +10,8 @@
 
 #include <pipedream/checkpoint.h>
 #include <pipedream/pipeline.h>
+#include <pipedream/slurm.h>
+#include <pipedream/topology.h>
 #include <pipedream/transport.h>
 #include <pipedream/weight_ring.h>
 
@@ -32,6 +34,18 @@ typedef struct pd_trainer_parts {
 } pd_trainer_parts;
 
 void pd_trainer_get_parts(pd_trainer *t, pd_trainer_parts *out);
+
+/* Picks the part of a built, unallocated model graph a rank allocates:
+ * sets run[k] and hold[k] (pd_graph_size entries each, all false on entry)
+ * as pd_graph_allocate_nodes reads them. */
+typedef pd_status (*pd_trainer_select_fn)(const pd_graph *g, void *user, bool *run, bool *hold);
+
+/* pd_trainer_create allocating only the part of the model `select` picks
+ * (NULL: the whole model); the trainer's optimizer then covers that part's
+ * parameters. Such a trainer lends its parts to a pipeline rank; its own
+ * training steps fail at the first node outside the part. */
+pd_status pd_trainer_create_part(const pd_trainer_options *opts, pd_trainer_select_fn select, void *user,
+                                 pd_trainer **out);
 
 /* The optimizer of the options `o` (kind and hyper-parameters) over g's
  * trainable parameters, or over `n` of them when `params` is not NULL. */
@@ -83,8 +97,17 @@ typedef struct pd_stage {
     int64_t *stash_mb;         /* [stash_slots]; -1 free */
 } pd_stage;
 
+/* The part of the model graph `g` (built, allocated or not) stage `index`
+ * of `plan` allocates (pd_graph_allocate_nodes): run[k] for its nodes,
+ * hold[k] for the tensors crossing its cuts (received, or forwarded to the
+ * next stage) and, on stage 0, the model's inputs; nothing of another
+ * stage's layers. run and hold are pd_graph_size entries, zeroed. */
+pd_status pd_stage_select(const pd_graph *g, const pd_plan *plan, const pd_profile *profile, int index, bool *run,
+                          bool *hold);
+
 /* Resolves stage `index` of `plan` on the allocated graph `g` (profile node
- * names = graph node names), with room to stash `in_flight` minibatches. */
+ * names = graph node names; allocated whole or as pd_stage_select picks),
+ * with room to stash `in_flight` minibatches. */
 pd_status pd_stage_init(pd_stage *st, pd_graph *g, const pd_plan *plan, const pd_profile *profile, int index,
                         int in_flight);
 void pd_stage_destroy(pd_stage *st);
@@ -113,6 +136,12 @@ typedef struct pd_stage_versions {
     uint64_t loaded; /* the version in the graph's parameters */
 } pd_stage_versions;
 
+/* Checks the options' weight versions (pd_pipeline_options.weight_versions
+ * and what goes with it): PD_EINVAL naming the option otherwise. */
+pd_status pd_versions_check_options(const pd_pipeline_options *o);
+/* The ring depth for `in_flight` minibatches in flight under the options,
+ * checked against the host's memory for `weight_bytes` per version. */
+pd_status pd_versions_depth(const pd_pipeline_options *o, int in_flight, size_t weight_bytes, int *depth);
 pd_status pd_versions_init(pd_stage_versions *v, pd_stage *st, int depth);
 void pd_versions_destroy(pd_stage_versions *v);
 /* Makes the graph's parameters hold the pinned version. */
@@ -121,6 +150,41 @@ pd_status pd_versions_load(pd_stage_versions *v, pd_stage *st, const pd_weight_p
  * newest version with `opt` at learning rate `lr`, into a free slot, and
  * publishes it. */
 pd_status pd_versions_step(pd_stage_versions *v, pd_stage *st, pd_optimizer *opt, float lr, uint64_t *published);
+
+/* ---- binding.c: each rank's GPU, NIC, cores and memory ---- */
+
+/* What a local rank's binding is chosen from. */
+typedef struct pd_binding_input {
+    const pd_topo *topo;     /* the node's */
+    int local_rank, local_ranks;
+    const pd_slurm_env *env; /* CUDA_VISIBLE_DEVICES, SLURM_GPUS_ON_NODE; NULL: the node's GPUs all visible */
+    int cuda_device;         /* the ordinal the rank's device names ("cuda:N"); -1: by local rank */
+} pd_binding_input;
+
+/* The choice alone, nothing bound (testable from an XML topology): the
+ * rank's GPU (visible list: local rank -> CUDA ordinal -> the node's GPU),
+ * its nearest NIC and NUMA node and the share of that node's cores among
+ * the local ranks whose GPUs it holds (all of them, shared, when they are
+ * more than its cores); without a GPU, the rank's share of the node's
+ * cores, none when the local ranks outnumber the cores. Fills *out but
+ * `bound`, `device`, `nic_address` and `line`; `why` says why nothing
+ * can be bound ("" when something can), `notes` why the visible GPU was
+ * not located (both `size` bytes). PD_EINVAL for a local rank outside
+ * 0..local_ranks-1. */
+pd_status pd_binding_choose(const pd_binding_input *in, pd_pipeline_binding *out, char *why, char *notes,
+                            size_t size);
+
+/* Writes b->line for world rank `rank`: the choice, then "; not bound:
+ * <why>" and "; <notes>" when not empty. */
+void pd_binding_format(pd_pipeline_binding *b, int rank, const char *why, const char *notes);
+
+/* At start-up, after pd_boot_init and before anything is allocated: the
+ * mode (opts.bind, $PD_BIND), the topology ($PD_TOPO_XML or discovery),
+ * the choice for this local rank, the binding itself, p->boot.binding,
+ * and the trainer's device "cuda" made "cuda:N". Fails on bad input only
+ * (mode, $PD_TOPO_XML, the Slurm environment); what the machine refuses
+ * is said in the line and leaves the rank unbound. */
+pd_status pd_binding_setup(pd_pipeline *p);
 
 /* ---- bootstrap.c: MPI, ranks, channels, communicators ---- */
 
@@ -138,6 +202,7 @@ typedef struct pd_peer_channel {
 typedef struct pd_boot {
     int rank, ranks, local_rank;
     int64_t *procs;          /* per rank: its pid and its node (the node's first rank); NULL without MPI */
+    pd_pipeline_binding binding; /* binding.c: the channels listen on binding.nic_address */
     bool mpi_initialised_here;
     void *replica_comm;      /* MPI_Comm* of this stage's replicas, or NULL */
     pd_transport_token token;

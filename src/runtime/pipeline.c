@@ -27,7 +27,7 @@
 
 #define DEFAULT_TIMEOUT_MS 20000
 
-static pd_status check_options(const pd_pipeline_options *o)
+pd_status pd_pipeline_check_options(const pd_pipeline_options *o)
 {
     const pd_trainer_options *t = &o->train;
 
@@ -47,7 +47,7 @@ static pd_status check_options(const pd_pipeline_options *o)
                         (long long)t->eval_every, (long long)t->checkpoint_every);
     if (o->vertical_sync && o->schedule != PD_SCHED_1F1B && o->schedule != PD_SCHED_1F1B_VSYNC)
         return PD_ERROR(PD_EINVAL, "pipeline: vertical sync needs the 1f1b schedule");
-    return PD_OK;
+    return pd_versions_check_options(o);
 }
 
 static int64_t lcm64(int64_t a, int64_t b)
@@ -93,13 +93,28 @@ static pd_status place(pd_pipeline *p)
             p->opts.microbatches = (int)(plan->n_stages * p->unit);
         p->unit = lcm64(p->unit, p->opts.microbatches);
     }
+    if (p->opts.weight_versions == PD_WEIGHT_VERSIONS_2BW || p->opts.schedule == PD_SCHED_1F1B_2BW) {
+        p->opts.weight_versions = PD_WEIGHT_VERSIONS_2BW;
+        p->opts.schedule = PD_SCHED_1F1B_2BW; /* segments end on update boundaries */
+        PD_CHECK(pd_sched_2bw_accumulate(plan, p->opts.accumulate, &p->opts.accumulate));
+        p->unit = lcm64(p->unit, p->opts.accumulate);
+    }
     return PD_OK;
+}
+
+/* The part of the model this rank's stage allocates. */
+static pd_status select_stage(const pd_graph *g, void *user, bool *run, bool *hold)
+{
+    const pd_pipeline *p = user;
+
+    return pd_stage_select(g, p->plan, p->profile, p->stage, run, hold);
 }
 
 /* The model through the trainer, which also opens the device and the
  * loaders: stage 0's replicas read their shards of the training and the
  * test split; the other stages read no data (the trainer gets a
  * one-minibatch synthetic loader of stage 0's geometry, never read). The
+ * graph holds the stage's part of the model only (pd_stage_select). The
  * trainer's own optimizer is stateless SGD, never stepped: the stage's
  * optimizer comes with the stage (make_stage). */
 static pd_status make_model(pd_pipeline *p, const pd_model_options *geometry)
@@ -133,8 +148,14 @@ static pd_status make_model(pd_pipeline *p, const pd_model_options *geometry)
     t.progress = NULL;
     t.eval_every = t.checkpoint_every = 0;
     t.resume = NULL; /* the stage resumes (make_stage); the trainer only checks checkpoint_dir */
-    PD_CHECK(pd_trainer_create(&t, &p->trainer));
+    PD_CHECK(pd_trainer_create_part(&t, select_stage, p, &p->trainer));
     pd_trainer_get_parts(p->trainer, &p->parts);
+    if (p->opts.progress_seconds >= 0) {
+        size_t whole;
+        PD_CHECK(pd_graph_plan_bytes(p->parts.g, NULL, NULL, &whole));
+        fprintf(stderr, "pipedream: rank %d: stage %d allocates %.2f MB of %.2f MB for the whole model\n",
+                p->boot.rank, p->stage, (double)pd_graph_allocated_bytes(p->parts.g) / 1e6, (double)whole / 1e6);
+    }
     return PD_OK;
 }
 
@@ -270,7 +291,7 @@ pd_status pd_pipeline_schedule(pd_pipeline *p, const pd_segment *seg)
         .type = p->opts.vertical_sync ? PD_SCHED_1F1B_VSYNC : p->opts.schedule,
         .minibatches = (int)seg->count,
         .eval_minibatches = (int)n_eval,
-        .microbatches = p->opts.microbatches,
+        .microbatches = p->opts.schedule == PD_SCHED_1F1B_2BW ? p->opts.accumulate : p->opts.microbatches,
         .depth = p->plan->workers_used + 1,
     };
     PD_CHECK(pd_sched_generate(p->plan, NULL, &so, &s));
@@ -288,7 +309,9 @@ pd_status pd_pipeline_schedule(pd_pipeline *p, const pd_segment *seg)
     p->boot.depth = s->depth;
     if (p->stage >= 0) {
         const int replicas = s->stage_replicas[p->stage];
-        p->mb_per_step = s->type == PD_SCHED_GPIPE || s->type == PD_SCHED_STRAIGHT ? s->microbatches : replicas;
+        p->mb_per_step = s->type == PD_SCHED_GPIPE || s->type == PD_SCHED_STRAIGHT || s->type == PD_SCHED_1F1B_2BW
+                             ? s->microbatches
+                             : replicas;
     }
     return PD_OK;
 }
@@ -296,8 +319,8 @@ pd_status pd_pipeline_schedule(pd_pipeline *p, const pd_segment *seg)
 static pd_status make_stage(pd_pipeline *p)
 {
     const int in_flight = p->sched->in_flight[p->stage] > 0 ? p->sched->in_flight[p->stage] : 1;
-    const int depth = (p->opts.vertical_sync ? 2 * in_flight : in_flight) + 2;
     int64_t longest = 0;
+    int depth;
 
     for (int i = 0; i < p->n_segments; i++)
         longest = p->segments[i].count > longest ? p->segments[i].count : longest;
@@ -305,6 +328,7 @@ static pd_status make_stage(pd_pipeline *p)
     PD_CHECK(pd_trainer_optimizer_create(&p->opts.train, p->parts.g, p->st.params, p->st.n_params, &p->opt));
     if (p->opts.train.resume)
         PD_CHECK(pd_pipeline_resume_load(p));
+    PD_CHECK(pd_versions_depth(&p->opts, in_flight, sizeof(float) * p->st.n_weights, &depth));
     PD_CHECK(pd_versions_init(&p->ver, &p->st, depth)); /* version 0: the weights the graph holds now */
     p->n_pins = in_flight + 1;
     p->n_versions = longest + 2;
@@ -372,7 +396,7 @@ pd_status pd_pipeline_create(const pd_pipeline_options *opts, pd_pipeline **out)
 
     if (!opts || !out)
         return PD_ERROR(PD_EINVAL, "pipeline: NULL options or output");
-    PD_CHECK(check_options(opts));
+    PD_CHECK(pd_pipeline_check_options(opts));
     if (!(p = calloc(1, sizeof(*p))))
         return PD_ERROR(PD_ENOMEM, "pipeline: out of host memory");
     p->opts = *opts;
@@ -383,6 +407,7 @@ pd_status pd_pipeline_create(const pd_pipeline_options *opts, pd_pipeline **out)
     p->result.train_accuracy = NAN;
     p->result.test_accuracy = NAN;
     PD_CHECK_GOTO(pd_boot_init(&p->boot), s, fail);
+    PD_CHECK_GOTO(pd_binding_setup(p), s, fail); /* before anything is allocated or connected */
     if (!opts->plan_path || strcmp(opts->plan_path, "auto") == 0) {
         PD_CHECK_GOTO(pd_autoplan(p), s, fail);
     } else {
@@ -424,6 +449,7 @@ void pd_pipeline_get_info(const pd_pipeline *p, pd_pipeline_info *out)
         .test_samples = p->eval_samples,
         .in_flight = p->stage >= 0 ? p->sched->in_flight[p->stage] : 0,
         .weight_versions = p->ver.depth,
+        .accumulate = p->opts.schedule == PD_SCHED_1F1B_2BW ? p->opts.accumulate : 0,
         .parameters = (int64_t)p->st.n_weights,
     };
 }

@@ -1,8 +1,9 @@
-/* A pipeline stage on the whole model's graph: which nodes it runs, the
- * tensors crossing its cuts (every output of an earlier stage that a later
- * stage reads, so labels and skip connections travel stage by stage), the
- * seeds of its backward pass, its trainable parameters, and the stash of
- * the forward state of minibatches in flight. */
+/* A pipeline stage on the model's graph: which nodes it runs, the tensors
+ * crossing its cuts (every output of an earlier stage that a later stage
+ * reads, so labels and skip connections travel stage by stage), the part of
+ * the graph its rank allocates (those nodes and tensors only), the seeds of
+ * its backward pass, its trainable parameters, and the stash of the forward
+ * state of minibatches in flight. */
 #include "config.h"
 
 #include <stdio.h>
@@ -76,6 +77,37 @@ static pd_status cut_nodes(const pd_graph *g, const int *owner, int c, int **out
             (*out)[(*count)++] = k;
     free(crosses);
     return PD_OK;
+}
+
+pd_status pd_stage_select(const pd_graph *g, const pd_plan *plan, const pd_profile *profile, int index, bool *run,
+                          bool *hold)
+{
+    const int n = pd_graph_size(g);
+    int *owner = malloc(sizeof(int) * (size_t)(n > 0 ? n : 1)), *cut = NULL, n_cut = 0;
+    pd_status s;
+
+    if (!owner)
+        return PD_ERROR(PD_ENOMEM, "pipeline: out of host memory");
+    PD_CHECK_GOTO(node_owners(g, plan, profile, owner), s, done);
+    for (int k = 0; k < n; k++) {
+        run[k] = owner[k] == index && !is_input(g, k);
+        hold[k] = index == 0 && is_input(g, k); /* where stage 0 loads the data */
+    }
+    /* The cut before the stage (what it receives) and after it (what it
+     * sends: its outputs, and what it forwards from earlier stages). */
+    for (int c = index - 1; c <= index; c++) {
+        if (c < 0 || c + 1 >= plan->n_stages)
+            continue;
+        PD_CHECK_GOTO(cut_nodes(g, owner, c, &cut, &n_cut), s, done);
+        for (int i = 0; i < n_cut; i++)
+            hold[cut[i]] = true;
+        free(cut);
+        cut = NULL;
+    }
+    s = PD_OK;
+done:
+    free(owner);
+    return s;
 }
 
 static size_t cut_bytes(const pd_graph *g, const int *nodes, int n, bool grads)

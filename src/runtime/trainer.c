@@ -493,7 +493,44 @@ static pd_status check_checkpoint_dir(const char *dir)
     return PD_OK;
 }
 
+/* The part of the built model `select` picks, allocated, and the trainer's
+ * optimizer over that part's parameters. */
+static pd_status allocate_part(pd_trainer *t, pd_trainer_select_fn select, void *user)
+{
+    const int n = pd_graph_size(t->g);
+    bool *run = calloc((size_t)n + 1, sizeof(*run)), *hold = calloc((size_t)n + 1, sizeof(*hold));
+    pd_param **all, **mine = NULL;
+    int n_all = pd_graph_params(t->g, &all), n_mine = 0;
+    pd_status s;
+
+    if (!run || !hold) {
+        s = PD_ERROR(PD_ENOMEM, "trainer: out of host memory");
+        goto done;
+    }
+    PD_CHECK_GOTO(select(t->g, user, run, hold), s, done);
+    PD_CHECK_GOTO(pd_graph_allocate_nodes(t->g, run, hold), s, done);
+    if (!(mine = malloc(sizeof(*mine) * (size_t)(n_all + 1)))) {
+        s = PD_ERROR(PD_ENOMEM, "trainer: out of host memory");
+        goto done;
+    }
+    for (int i = 0; i < n_all; i++)
+        if (all[i]->value.data)
+            mine[n_mine++] = all[i];
+    s = pd_trainer_optimizer_create(&t->opts, t->g, mine, n_mine, &t->opt);
+done:
+    free(mine);
+    free(run);
+    free(hold);
+    return s;
+}
+
 pd_status pd_trainer_create(const pd_trainer_options *opts, pd_trainer **out)
+{
+    return pd_trainer_create_part(opts, NULL, NULL, out);
+}
+
+pd_status pd_trainer_create_part(const pd_trainer_options *opts, pd_trainer_select_fn select, void *user,
+                                 pd_trainer **out)
 {
     pd_trainer *t;
     pd_status s;
@@ -522,8 +559,12 @@ pd_status pd_trainer_create(const pd_trainer_options *opts, pd_trainer **out)
 
     PD_CHECK_GOTO(pd_graph_create(t->dev, opts->seed, &t->g), s, fail);
     PD_CHECK_GOTO(pd_model_build(opts->model, t->g, &t->model, &t->io), s, fail);
-    PD_CHECK_GOTO(pd_graph_allocate(t->g), s, fail);
-    PD_CHECK_GOTO(pd_trainer_optimizer_create(opts, t->g, NULL, 0, &t->opt), s, fail);
+    if (select) {
+        PD_CHECK_GOTO(allocate_part(t, select, user), s, fail);
+    } else {
+        PD_CHECK_GOTO(pd_graph_allocate(t->g), s, fail);
+        PD_CHECK_GOTO(pd_trainer_optimizer_create(opts, t->g, NULL, 0, &t->opt), s, fail);
+    }
 
     const size_t batch = (size_t)t->model.batch, steps = t->seq ? (size_t)t->model.width : 1;
     const size_t image = (size_t)t->model.channels * (size_t)t->model.height * (t->seq ? 1 : (size_t)t->model.width);

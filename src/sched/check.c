@@ -32,6 +32,7 @@ typedef struct checker {
     int n_mb;          /* training + evaluation */
     int *pc;           /* per rank: next action */
     int *posted;       /* per rank: all-reduce rounds posted */
+    int *newest;       /* per rank: the weight version its last step published */
     uint8_t *flags;    /* n_ranks x n_mb */
     channel *channels; /* n_ranks x n_ranks, [src][dst] */
     message *slots;    /* n_ranks x n_ranks x depth */
@@ -116,6 +117,9 @@ static pd_status step_rank(checker *c, int rank, bool *moved)
             return fail(c, rank, i, "its input was neither loaded nor received before");
         if (*f & (FORWARDED | EVALUATED))
             return fail(c, rank, i, "forwarded twice");
+        if (a->weight_version > c->newest[rank])
+            return fail(c, rank, i, "weight version %d is not published yet (the newest is v%d)", a->weight_version,
+                        c->newest[rank]);
         *f |= a->op == PD_SCHED_FORWARD ? FORWARDED : EVALUATED;
         break;
     case PD_SCHED_BACKWARD:
@@ -175,6 +179,7 @@ static pd_status step_rank(checker *c, int rank, bool *moved)
                 if (c->posted[s->stage_ranks[stage][j]] <= a->round)
                     return PD_OK; /* waits for the round */
         }
+        c->newest[rank] = a->weight_version;
         break;
     default: break;
     }
@@ -236,6 +241,19 @@ static pd_status check_end(const checker *c)
     return PD_OK;
 }
 
+/* 2BW holds two weight versions: no rank may need more alive at once. */
+static pd_status check_two_versions(const pd_sched *s)
+{
+    for (int r = 0; r < s->n_ranks; r++) {
+        int in_flight, versions;
+        PD_CHECK(pd_sched_rank_memory(s, r, &in_flight, &versions));
+        if (versions > 2)
+            return PD_ERROR(PD_ESTATE, "schedule %s: rank %d keeps %d weight versions alive at once; 2BW holds 2",
+                            pd_sched_type_name(s->type), r, versions);
+    }
+    return PD_OK;
+}
+
 pd_status pd_sched_check(const pd_sched *s)
 {
     checker c = {.s = s};
@@ -249,13 +267,16 @@ pd_status pd_sched_check(const pd_sched *s)
     c.n_mb = s->minibatches + s->eval_minibatches;
     c.pc = calloc(s->n_ranks, sizeof(int));
     c.posted = calloc(s->n_ranks, sizeof(int));
+    c.newest = calloc(s->n_ranks, sizeof(int));
     c.flags = calloc((size_t)s->n_ranks * (c.n_mb ? c.n_mb : 1), 1);
     c.channels = calloc(pairs, sizeof(channel));
     c.slots = malloc(pairs * s->depth * sizeof(message));
-    if (!c.pc || !c.posted || !c.flags || !c.channels || !c.slots) {
+    if (!c.pc || !c.posted || !c.newest || !c.flags || !c.channels || !c.slots) {
         status = PD_ERROR(PD_ENOMEM, "schedule check: out of host memory");
         goto free_state;
     }
+    if (s->type == PD_SCHED_1F1B_2BW)
+        PD_CHECK_GOTO(check_two_versions(s), status, free_state);
     while (progress && !done) {
         progress = false;
         done = true;
@@ -273,6 +294,7 @@ free_state:
     free(c.slots);
     free(c.channels);
     free(c.flags);
+    free(c.newest);
     free(c.posted);
     free(c.pc);
     return status;

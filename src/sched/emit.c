@@ -91,12 +91,16 @@ pd_status pd_sched_emit_allreduce(pd_sched_builder *b, int rank)
 
 pd_status pd_sched_emit_step(pd_sched_builder *b, int rank)
 {
-    int stage = b->s->rank_stage[rank];
+    return pd_sched_emit_step_to(b, rank, b->version[rank] + b->s->stage_replicas[b->s->rank_stage[rank]]);
+}
+
+pd_status pd_sched_emit_step_to(pd_sched_builder *b, int rank, int version)
+{
     pd_sched_action a = action(PD_SCHED_STEP, -1);
 
     a.round = b->steps[rank]++;
-    b->version[rank] += b->s->stage_replicas[stage];
-    a.weight_version = b->version[rank];
+    b->version[rank] = version;
+    a.weight_version = version;
     return push(b, rank, a);
 }
 

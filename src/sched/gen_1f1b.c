@@ -62,12 +62,7 @@ pd_status pd_sched_gen_1f1b(pd_sched_builder *b, bool vertical_sync, bool defer_
 
     if (!mbs)
         return PD_ERROR(PD_ENOMEM, "schedule: out of host memory");
-    /* The extra forwards are minibatches on their way between stages:
-     * the channels hold them (docs/simulator.md). */
-    if (warmup_from_costs && b->costs)
-        s->depth += pd_sched_1f1b_in_flight_from_costs(b, s->in_flight);
-    else
-        pd_sched_1f1b_in_flight(s->n_stages, s->stage_replicas, s->in_flight);
+    pd_sched_1f1b_warmup(b, warmup_from_costs);
     /* Stage order: vertical sync reads stage 0's versions. */
     for (int i = 0; i < s->n_stages && status == PD_OK; i++)
         for (int j = 0; j < s->stage_replicas[i] && status == PD_OK; j++)

@@ -23,10 +23,8 @@ static pd_status rank_gpipe(pd_sched_builder *b, int rank, int microbatches, int
         for (int k = 0; k < n; k++)
             PD_CHECK(pd_sched_emit_backward(b, rank, mbs[k]));
         PD_CHECK(pd_sched_emit_allreduce(b, rank));
-        PD_CHECK(pd_sched_emit_step(b, rank));
         /* A flush applies every minibatch of it, whatever the replicas. */
-        b->version[rank] = first + microbatches;
-        b->s->actions[rank][b->s->n_actions[rank] - 1].weight_version = b->version[rank];
+        PD_CHECK(pd_sched_emit_step_to(b, rank, first + microbatches));
     }
     return pd_sched_emit_eval(b, rank);
 }

@@ -32,6 +32,8 @@ static pd_status check_options(const pd_plan *plan, const pd_sched_costs *costs,
                         plan->n_stages);
     if (o->type == PD_SCHED_DP && plan->n_stages != 1)
         return PD_ERROR(PD_EINVAL, "schedule: dp needs a one-stage plan, this one has %d stages", plan->n_stages);
+    if (o->type == PD_SCHED_1F1B_2BW && o->microbatches < 0)
+        return PD_ERROR(PD_EINVAL, "schedule: 1f1b-2bw: %d minibatches per weight version", o->microbatches);
     if (o->type == PD_SCHED_GPIPE) {
         if (o->microbatches < 1 || o->minibatches % o->microbatches)
             return PD_ERROR(PD_EINVAL, "schedule: gpipe: %d minibatches are not a whole number of flushes of %d",
@@ -65,6 +67,7 @@ pd_status pd_sched_generate(const pd_plan *plan, const pd_sched_costs *costs, co
     switch (opts->type) {
     case PD_SCHED_1F1B: status = pd_sched_gen_1f1b(&b, false, opts->defer_step, opts->warmup_from_costs); break;
     case PD_SCHED_1F1B_VSYNC: status = pd_sched_gen_1f1b(&b, true, opts->defer_step, opts->warmup_from_costs); break;
+    case PD_SCHED_1F1B_2BW: status = pd_sched_gen_2bw(&b, opts->microbatches, opts->warmup_from_costs); break;
     case PD_SCHED_GPIPE: status = pd_sched_gen_gpipe(&b, opts->microbatches); break;
     case PD_SCHED_STRAIGHT:
         b.s->microbatches = 1;

@@ -6,6 +6,7 @@ src_sched_libpd_sched_la_SOURCES = \
 	src/sched/emit.c \
 	src/sched/generate.c \
 	src/sched/gen_1f1b.c \
+	src/sched/gen_2bw.c \
 	src/sched/warmup.c \
 	src/sched/gen_gpipe.c \
 	src/sched/gen_dp.c \

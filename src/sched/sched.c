@@ -7,7 +7,8 @@
 
 #include "sched/sched_int.h"
 
-static const char *const type_names[PD_SCHED_TYPE_COUNT] = {"1f1b", "1f1b-vsync", "gpipe", "dp", "straight"};
+static const char *const type_names[PD_SCHED_TYPE_COUNT] = {"1f1b", "1f1b-vsync", "gpipe", "dp", "straight",
+                                                             "1f1b-2bw"};
 
 static const char *const op_names[PD_SCHED_OP_COUNT] = {
     "load", "forward", "backward", "send-act", "recv-act", "send-grad", "recv-grad", "allreduce", "step", "eval",
@@ -25,7 +26,7 @@ pd_status pd_sched_type_parse(const char *name, pd_sched_type *out)
             *out = (pd_sched_type)i;
             return PD_OK;
         }
-    return PD_ERROR(PD_EINVAL, "schedule: unknown schedule '%s' (known: 1f1b, 1f1b-vsync, gpipe, dp, straight)",
+    return PD_ERROR(PD_EINVAL, "schedule: unknown schedule '%s' (known: 1f1b, 1f1b-vsync, gpipe, dp, straight, 1f1b-2bw)",
                     name ? name : "(null)");
 }
 

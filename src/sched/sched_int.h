@@ -42,23 +42,32 @@ int pd_sched_local_minibatches(const pd_sched *s, int stage, int replica, int fi
  * forward on `version` (or eval), send the output on; backward: receive
  * the gradient, backward on the forward's version, send the gradient back.
  * allreduce posts the rank's next round on stages with replicas; step
- * takes the rank's next round and publishes the next version. */
+ * takes the rank's next round and publishes the next version (the
+ * round's minibatches applied), step_to publishes `version`. */
 pd_status pd_sched_emit_forward(pd_sched_builder *b, int rank, int mb, int version, bool eval);
 pd_status pd_sched_emit_backward(pd_sched_builder *b, int rank, int mb);
 pd_status pd_sched_emit_allreduce(pd_sched_builder *b, int rank);
 pd_status pd_sched_emit_step(pd_sched_builder *b, int rank);
+pd_status pd_sched_emit_step_to(pd_sched_builder *b, int rank, int version);
 
 /* Evaluation forwards of every evaluation minibatch this rank runs. */
 pd_status pd_sched_emit_eval(pd_sched_builder *b, int rank);
 
 /* The generators (one file each). */
 pd_status pd_sched_gen_1f1b(pd_sched_builder *b, bool vertical_sync, bool defer_step, bool warmup_from_costs);
+/* PipeDream-2BW, `microbatches` per update (0: the default). */
+pd_status pd_sched_gen_2bw(pd_sched_builder *b, int microbatches, bool warmup_from_costs);
 
-/* 1F1B's warm-up forwards per stage as pd_sched_1f1b_in_flight, raised
+/* 1F1B's warm-up into b->s->in_flight: pd_plan_1f1b_in_flight, or with
+ * warmup_from_costs (and costs) raised as the costs say, the channels'
+ * depth raised by as many (warmup.c). */
+void pd_sched_1f1b_warmup(pd_sched_builder *b, bool warmup_from_costs);
+
+/* 1F1B's warm-up forwards per stage as pd_plan_1f1b_in_flight, raised
  * where the builder's costs and the cluster's links say that transfers
  * and unequal stages need more to never hold the pipeline back
  * (warmup.c). Needs b->costs. Returns the most forwards a stage runs
- * beyond pd_sched_1f1b_in_flight's. */
+ * beyond pd_plan_1f1b_in_flight's. */
 int pd_sched_1f1b_in_flight_from_costs(const pd_sched_builder *b, int *in_flight);
 pd_status pd_sched_gen_gpipe(pd_sched_builder *b, int microbatches);
 pd_status pd_sched_gen_dp(pd_sched_builder *b);

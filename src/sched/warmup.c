@@ -54,44 +54,46 @@ static double pipeline_period(const pd_sched *s, const pd_sched_stage_cost *c)
     return period;
 }
 
-/* Both bounds, from the last stage up; `b` NULL: the replicas' alone.
- * Returns the most forwards a stage runs beyond the replicas' bound. */
-static int warmup(int n_stages, const int *replicas, const pd_sched_builder *b, int *in_flight)
+/* Both bounds, from the last stage up. Returns the most forwards a stage
+ * runs beyond the replicas' bound (pd_plan_1f1b_in_flight). */
+int pd_sched_1f1b_in_flight_from_costs(const pd_sched_builder *b, int *in_flight)
 {
-    const pd_sched_stage_cost *c = b ? b->costs->stages : NULL;
-    double period = b ? pipeline_period(b->s, c) : 0;
+    const pd_sched *s = b->s;
+    const int n_stages = s->n_stages, *replicas = s->stage_replicas;
+    const pd_sched_stage_cost *c = b->costs->stages;
+    double period = pipeline_period(s, c);
     double hold = 0;    /* D of the next stage */
     int downstream = 0; /* minibatches in flight at the next stage, all its replicas */
-    int plain_downstream = 0, extra = 0;
+    int extra = 0;
 
+    pd_plan_1f1b_in_flight(n_stages, replicas, in_flight);
     for (int i = n_stages - 1; i >= 0; i--) {
-        int plain = 1 + (plain_downstream + replicas[i] - 1) / replicas[i];
+        int plain = in_flight[i];
         in_flight[i] = 1 + (downstream + replicas[i] - 1) / replicas[i];
-        if (b) {
-            double slot = replicas[i] * period, need = c[i].fwd_ms; /* L_s; at the last stage its forward */
-            if (i + 1 < n_stages)
-                need += 2 * cut_transfer_ms(b, i, c[i].send_bytes) + hold + c[i + 1].bwd_ms;
-            if (slot > 0) {
-                double w = ceil((need + c[i].bwd_ms) / slot - 1e-9);
-                if (w > in_flight[i])
-                    in_flight[i] = w < b->s->minibatches ? (int)w : b->s->minibatches;
-                hold = fmax(need, (in_flight[i] - 1) * slot + c[i].fwd_ms);
-            } else
-                hold = need;
-        }
+        double slot = replicas[i] * period, need = c[i].fwd_ms; /* L_s; at the last stage its forward */
+        if (i + 1 < n_stages)
+            need += 2 * cut_transfer_ms(b, i, c[i].send_bytes) + hold + c[i + 1].bwd_ms;
+        if (slot > 0) {
+            double w = ceil((need + c[i].bwd_ms) / slot - 1e-9);
+            if (w > in_flight[i])
+                in_flight[i] = w < s->minibatches ? (int)w : s->minibatches;
+            hold = fmax(need, (in_flight[i] - 1) * slot + c[i].fwd_ms);
+        } else
+            hold = need;
         downstream = in_flight[i] * replicas[i];
-        plain_downstream = plain * replicas[i];
         extra = in_flight[i] - plain > extra ? in_flight[i] - plain : extra;
     }
     return extra;
 }
 
-void pd_sched_1f1b_in_flight(int n_stages, const int *replicas, int *in_flight)
+void pd_sched_1f1b_warmup(pd_sched_builder *b, bool warmup_from_costs)
 {
-    warmup(n_stages, replicas, NULL, in_flight);
-}
+    pd_sched *s = b->s;
 
-int pd_sched_1f1b_in_flight_from_costs(const pd_sched_builder *b, int *in_flight)
-{
-    return warmup(b->s->n_stages, b->s->stage_replicas, b, in_flight);
+    /* The extra forwards are minibatches on their way between stages:
+     * the channels hold them (docs/simulator.md). */
+    if (warmup_from_costs && b->costs)
+        s->depth += pd_sched_1f1b_in_flight_from_costs(b, s->in_flight);
+    else
+        pd_plan_1f1b_in_flight(s->n_stages, s->stage_replicas, s->in_flight);
 }

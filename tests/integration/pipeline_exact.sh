@@ -5,9 +5,10 @@
 #  (a) a 1-stage plan on 1 rank = the single-process trainer, 20 steps;
 #  (b) 2 stages, straight and gpipe with one microbatch per flush = the
 #      single-process trainer;
-#  (c) 2 and 3 stages, 1f1b with weight stashing = tests/integration/
+#  (c) 2, 3 and 4 stages, 1f1b with weight stashing = tests/integration/
 #      pipeline_ref (each gradient computed on the stashed version and
-#      applied to the newest weights);
+#      applied to the newest weights; with 4 stages the three with
+#      parameters run 3, 2 and 1 updates stale);
 #  (d) a replicated stage (2 + 1 ranks, all-reduce) runs to the end, and
 #      one stage on 2 replicas with 1f1b = dp bit for bit;
 #  (e) a rank killed with SIGKILL makes the job exit non-zero within 30 s
@@ -20,17 +21,6 @@ pd="$top_builddir/src/cli/pipedream"
 ref="$top_builddir/tests/integration/pipeline_ref"
 
 . "$top_srcdir/tests/integration/pipeline_env.sh"
-# The loss column of a metrics file.
-losses() {
-    tail -n +2 "$1" | cut -d, -f4
-}
-same() { # name expected actual
-    if ! cmp -s "$2" "$3"; then
-        paste -d' ' "$2" "$3" | head -5
-        fail "$1: the losses differ (expected | got, first rows above)"
-    fi
-    echo "ok: $1: $(wc -l <"$3") losses identical"
-}
 
 steps=20 seed=3 lr=0.05
 common="--model mlp --dataset synthetic --channels 1 --height 8 --width 8 --batch-size 8 --seed $seed --lr $lr --quiet"
@@ -38,21 +28,15 @@ mlp_profile_and_plans
 cat >"$work/one.plan.json" <<'JSON'
 {"cluster": {"levels": "1x1GB/s"}, "stages": [{"first_layer": "flatten", "last_layer": "loss", "replicas": 1}]}
 JSON
-cat >"$work/dp.plan.json" <<'JSON'
-{"cluster": {"levels": "2x1GB/s"}, "stages": [{"first_layer": "flatten", "last_layer": "loss", "replicas": 2}]}
-JSON
-cat >"$work/rep.plan.json" <<'JSON'
-{"cluster": {"levels": "3x1GB/s"}, "stages": [{"first_layer": "flatten", "last_layer": "relu1", "replicas": 2},
- {"first_layer": "fc2", "last_layer": "loss", "replicas": 1}]}
+cat >"$work/four.plan.json" <<'JSON'
+{"cluster": {"levels": "4x1GB/s"}, "stages": [{"first_layer": "flatten", "last_layer": "fc1", "replicas": 1},
+ {"first_layer": "relu1", "last_layer": "fc2", "replicas": 1}, {"first_layer": "relu2", "last_layer": "fc3", "replicas": 1},
+ {"first_layer": "loss", "last_layer": "loss", "replicas": 1}]}
 JSON
 pipeline() { # ranks plan metrics [options]
     p_ranks=$1 p_plan=$2 p_metrics=$3
     shift 3
-    status=0
-    timeout 60 mpirun $mpirun_flags -np "$p_ranks" "$pd" train $common --steps $steps --plan "$work/$p_plan" \
-        --profile "$work/mlp.profile.json" --metrics "$p_metrics" "$@" >"$work/out" 2>"$work/err" || status=$?
-    [ "$status" -ne 124 ] || fail "mpirun -np $p_ranks ($p_plan $*) hung (killed after 60 s)"
-    [ "$status" -eq 0 ] || { cat "$work/out" "$work/err"; fail "mpirun -np $p_ranks ($p_plan $*) exited $status"; }
+    run_pipeline 60 "$p_ranks" "$p_plan" --steps $steps --metrics "$p_metrics" "$@"
 }
 
 "$pd" train $common --steps $steps --metrics "$work/single.csv" >/dev/null || fail "single-process training"
@@ -73,9 +57,8 @@ losses "$work/b2.csv" >"$work/b2.txt"
 same "2 stages gpipe, 1 microbatch per flush = sequential" "$work/single.txt" "$work/b2.txt"
 
 # (c)
-for plan in two three; do
-    n=2
-    [ $plan = three ] && n=3
+for plan in two three four; do
+    case $plan in two) n=2 ;; three) n=3 ;; *) n=4 ;; esac
     pipeline $n $plan.plan.json "$work/c-$plan.csv"
     losses "$work/c-$plan.csv" >"$work/c-$plan.txt"
     "$ref" "$work/$plan.plan.json" "$work/mlp.profile.json" mlp 8 8 $steps $seed $lr >"$work/ref-$plan.txt" ||

@@ -18,10 +18,6 @@ set -eu
 pd="$top_builddir/src/cli/pipedream"
 
 . "$top_srcdir/tests/integration/pipeline_env.sh"
-# "iteration,loss" of every metrics row from iteration $2 on.
-rows() {
-    awk -F, -v from="$2" 'NR > 1 && $1 >= from { print $1 "," $4 }' "$1"
-}
 
 common="--model mlp --dataset synthetic --channels 1 --height 8 --width 8 --batch-size 8 --seed 5 --lr 0.01
         --optimizer adam --limit-test 16 --quiet"
@@ -32,14 +28,7 @@ cat >"$work/four.plan.json" <<'JSON'
  {"first_layer": "fc3", "last_layer": "loss", "replicas": 1}]}
 JSON
 pipeline() { # ranks plan [options]
-    p_ranks=$1 p_plan=$2
-    shift 2
-    status=0
-    # shellcheck disable=SC2086
-    timeout 120 mpirun $mpirun_flags -np "$p_ranks" "$pd" train $common --plan "$work/$p_plan" \
-        --profile "$work/mlp.profile.json" "$@" >"$work/out" 2>"$work/err" || status=$?
-    [ "$status" -ne 124 ] || fail "mpirun -np $p_ranks ($p_plan $*) hung (killed after 120 s)"
-    [ "$status" -eq 0 ] || { cat "$work/out" "$work/err"; fail "mpirun -np $p_ranks ($p_plan $*) exited $status"; }
+    run_pipeline 120 "$@"
 }
 
 # (a)

@@ -6,7 +6,8 @@
  * simulator reproduces hand-computed timelines (2 and 4 stages, unequal
  * stage times, replicated stages, transfers, all-reduce, GPipe, straight)
  * and a steady-state throughput of 1 / (slowest stage time / replicas)
- * where nothing else limits it. */
+ * where nothing else limits it; PipeDream-2BW's lists (batch versions, one
+ * step per batch) keep two weight versions, 2 x the weights in memory. */
 #include "config.h"
 
 #include <setjmp.h>
@@ -154,6 +155,10 @@ static void test_random_plans_check(void **state)
             const pd_plan *plan = t == PD_SCHED_DP ? dp : t == PD_SCHED_STRAIGHT ? straight : p;
             int per = t == PD_SCHED_DP ? workers : t == PD_SCHED_STRAIGHT ? 1 : period;
             int m = period * (1 + rnd(3));
+            if (t == PD_SCHED_1F1B_2BW) { /* the default, or more */
+                assert_int_equal(pd_sched_2bw_accumulate(plan, 0, &m), PD_OK);
+                m = rnd(2) ? 0 : m + period * rnd(3);
+            }
             pd_sched_options o = {.type = t, .minibatches = (t == PD_SCHED_GPIPE ? m : per) * (1 + rnd(5)),
                                   .microbatches = m, .eval_minibatches = rnd(4), .depth = 1 + rnd(3),
                                   .defer_step = rnd(2)};
@@ -568,6 +573,96 @@ static void test_sim_allreduce(void **state)
     pd_plan_destroy(p);
 }
 
+/* PipeDream-2BW on 4 stages: batch k of m = 4 minibatches runs on the
+ * version after k - 1 updates at every stage, one step per batch; two
+ * versions alive where stashing keeps one per minibatch in flight, so the
+ * simulator's weight memory is 2 x the stage's weights; the checker
+ * refuses a list that keeps three; m is checked against the plan. */
+static void test_2bw(void **state)
+{
+    int ones[4] = {1, 1, 1, 1}, two_by_two[2] = {2, 2}, m = 0;
+    double fwd[4] = {1, 1, 1, 1}, bwd[4] = {2, 2, 2, 2};
+    pd_plan *p = make_plan(4, ones), *q = make_plan(2, two_by_two);
+    pd_sched_costs c = make_costs(4, fwd, bwd);
+    pd_sched *s, *stash, *bad = NULL;
+    pd_sched_result *r, *rs;
+
+    (void)state;
+    assert_int_equal(pd_sched_2bw_accumulate(p, 0, &m), PD_OK);
+    assert_int_equal(m, 4);
+    for (int i = 0; i < 4; i++) {
+        c.stages[i].weight_bytes = 1000 * (i + 1);
+        c.stages[i].stash_bytes = 10;
+    }
+    s = generate(p, &c, PD_SCHED_1F1B_2BW, 16, 0);
+    assert_int_equal(s->microbatches, 4);
+    for (int rank = 0; rank < 4; rank++) {
+        int steps = 0;
+        for (int i = 0; i < s->n_actions[rank]; i++) {
+            const pd_sched_action *a = &s->actions[rank][i];
+            if (a->op == PD_SCHED_FORWARD || a->op == PD_SCHED_BACKWARD)
+                assert_int_equal(a->weight_version, a->minibatch < 8 ? 0 : (a->minibatch / 4 - 1) * 4);
+            if (a->op == PD_SCHED_STEP)
+                assert_int_equal(a->weight_version, 4 * ++steps);
+        }
+        assert_int_equal(steps, 4);
+    }
+    /* Stage 0: F0..F3 on v0, B0 F4 B1 F5 B2 F6 B3, the step to v4, F7 on v0. */
+    int step = find(s, 0, PD_SCHED_BACKWARD, 3) + 1;
+    assert_int_equal(s->actions[0][step].op, PD_SCHED_STEP);
+    assert_true(step < find(s, 0, PD_SCHED_FORWARD, 7));
+    stash = generate(p, &c, PD_SCHED_1F1B, 16, 0);
+    r = simulate(s, &c, p);
+    rs = simulate(stash, &c, p);
+    for (int rank = 0; rank < 4; rank++) {
+        double weights = 1000.0 * (rank + 1), opt = weights * c.optimizer_state_factor;
+        /* The last stage too: batch 1 runs on v0 while v4 is published. */
+        assert_int_equal(r->ranks[rank].weight_versions, 2);
+        assert_int_equal(rs->ranks[rank].weight_versions, 4 - rank);
+        assert_int_equal(r->ranks[rank].max_in_flight, 4 - rank);
+        assert_true(fabs(r->ranks[rank].memory_bytes - (r->ranks[rank].weight_versions * weights +
+                                                        10.0 * (4 - rank) + opt)) < 1e-9);
+    }
+    assert_true(fabs(r->ranks[0].memory_bytes - (2 * 1000.0 + 40 + 0)) < 1e-9);
+    assert_true(fabs(rs->ranks[0].memory_bytes - (4 * 1000.0 + 40 + 0)) < 1e-9);
+    pd_sched_result_destroy(r);
+    pd_sched_result_destroy(rs);
+    pd_sched_destroy(stash);
+
+    /* Stage 0's first step taken after F7 and F8: F8 needs v4 first. */
+    move_action(s, 0, step, find(s, 0, PD_SCHED_FORWARD, 8) + 1);
+    const char *early[] = {"rank 0 action", "(forward mb 8 (weights v4)", "not published yet", NULL};
+    assert_check_fails(s, early);
+    /* F8 and F9 on v0 then: mb 9 keeps v0 alive past the step to v8, three
+     * versions. */
+    s->actions[0][find(s, 0, PD_SCHED_FORWARD, 8)].weight_version = 0;
+    s->actions[0][find(s, 0, PD_SCHED_BACKWARD, 8)].weight_version = 0;
+    s->actions[0][find(s, 0, PD_SCHED_FORWARD, 9)].weight_version = 0;
+    s->actions[0][find(s, 0, PD_SCHED_BACKWARD, 9)].weight_version = 0;
+    const char *three[] = {"rank 0 keeps 3 weight versions", NULL};
+    assert_check_fails(s, three);
+    pd_sched_destroy(s);
+
+    /* 2 stages x 2 replicas: m = 2 suffices (stage 0: 2 x (2 - 1)). */
+    assert_int_equal(pd_sched_2bw_accumulate(q, 0, &m), PD_OK);
+    assert_int_equal(m, 2);
+    s = generate(q, NULL, PD_SCHED_1F1B_2BW, 12, 0);
+    assert_int_equal(pd_sched_check(s), PD_OK);
+    pd_sched_destroy(s);
+    /* Bad m: below the depth, not a multiple of the replicas. */
+    pd_sched_options o = {.type = PD_SCHED_1F1B_2BW, .minibatches = 12, .microbatches = 3, .depth = 2};
+    assert_int_equal(pd_sched_generate(p, NULL, &o, &bad), PD_EINVAL);
+    assert_non_null(strstr(pd_last_error(), "need at least the pipeline's depth, 4 stages"));
+    o.microbatches = 3;
+    assert_int_equal(pd_sched_generate(q, NULL, &o, &bad), PD_EINVAL);
+    assert_non_null(strstr(pd_last_error(), "need a multiple of 2"));
+    assert_int_equal(pd_sched_2bw_accumulate(q, 3, &m), PD_EINVAL);
+    assert_null(bad);
+    pd_sched_costs_destroy(&c);
+    pd_plan_destroy(p);
+    pd_plan_destroy(q);
+}
+
 /* Links: the level of the lowest common group. */
 static void test_links(void **state)
 {
@@ -657,6 +752,7 @@ int main(void)
         cmocka_unit_test(test_random_plans_check),
         cmocka_unit_test(test_1f1b_shape),
         cmocka_unit_test(test_generate_rejects),
+        cmocka_unit_test(test_2bw),
         cmocka_unit_test(test_check_swapped_sends),
         cmocka_unit_test(test_check_missing_receive),
         cmocka_unit_test(test_check_deadlock),

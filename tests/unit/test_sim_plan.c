@@ -1,6 +1,6 @@
 /* The simulator against the partitioner, and 1F1B's warm-up.
  *
- * - pd_sched_1f1b_in_flight: worked examples, never below PipeDream's NOAM
+ * - pd_plan_1f1b_in_flight: worked examples, never below PipeDream's NOAM
  *   and equal to it where the divisions are exact;
  * - deferred steps give every forward and backward the weight version it
  *   had without them;
@@ -82,7 +82,7 @@ static double simulate(const pd_plan *p, const pd_sched_costs *c, pd_sched_optio
 static void assert_in_flight(int n, const int *replicas, const int *expect)
 {
     int got[8];
-    pd_sched_1f1b_in_flight(n, replicas, got);
+    pd_plan_1f1b_in_flight(n, replicas, got);
     for (int i = 0; i < n; i++)
         if (got[i] != expect[i])
             fail_msg("stage %d of %d: %d warm-up forwards, expected %d", i, n, got[i], expect[i]);
@@ -106,7 +106,7 @@ static void test_warmup_counts(void **state)
         bool exact = true;
         for (int i = 0; i < n; i++)
             r[i] = 1 + rnd(5);
-        pd_sched_1f1b_in_flight(n, r, w);
+        pd_plan_1f1b_in_flight(n, r, w);
         for (int i = n - 1; i >= 0; i--) {
             workers += r[i];
             int noam = (workers + r[i] - 1) / r[i];
@@ -232,7 +232,7 @@ static void test_warmup_from_costs(void **state)
         pd_sched *s = NULL;
         double ms = simulate(p, &c, o, &s); /* checks first */
         int plain[8];
-        pd_sched_1f1b_in_flight(p->n_stages, s->stage_replicas, plain);
+        pd_plan_1f1b_in_flight(p->n_stages, s->stage_replicas, plain);
         for (int i = 0; i < p->n_stages; i++)
             assert_true(s->in_flight[i] >= plain[i]);
         if (!bytes && fabs(ms - period) > 1e-6 * period)

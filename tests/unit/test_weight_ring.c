@@ -130,6 +130,10 @@ static void test_arguments(void **state)
     assert_int_equal(depth, 4);
     assert_int_equal(pd_weight_ring_depth_for(7, PD_WEIGHT_VERSIONS_2BW, 100, SIZE_MAX, &depth), PD_OK);
     assert_int_equal(depth, 2);
+    /* 2BW: 2 x the weights whatever is in flight. */
+    assert_int_equal(pd_weight_ring_depth_for(7, PD_WEIGHT_VERSIONS_2BW, 100, 200, &depth), PD_OK);
+    expect_error(pd_weight_ring_depth_for(7, PD_WEIGHT_VERSIONS_2BW, 100, 199, &depth), PD_ENOMEM,
+                 "2 versions x 100 bytes");
     assert_int_equal(pd_weight_ring_depth_for(3, PD_WEIGHT_VERSIONS_STASH, 100, 400, &depth), PD_OK);
     expect_error(pd_weight_ring_depth_for(3, PD_WEIGHT_VERSIONS_STASH, 100, 399, &depth), PD_ENOMEM,
                  "4 versions x 100 bytes");
