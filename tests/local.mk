@@ -30,11 +30,12 @@ tests_unit_test_cuda_ops_LDADD = $(TEST_LDADD)
 TESTS += tests/unit/test_cuda_ops
 
 if HAVE_CMOCKA
-noinst_HEADERS += tests/unit/test_files.h tests/unit/test_plans.h
+noinst_HEADERS += tests/unit/test_files.h tests/unit/test_plans.h tests/unit/test_topo_xml.h tests/unit/test_plan_search.h
 UNIT_TESTS = \
 	tests/unit/test_core \
 	tests/unit/test_mem_plan \
 	tests/unit/test_graph \
+	tests/unit/test_graph_subset \
 	tests/unit/test_cpu_conv_linear_pool \
 	tests/unit/test_cpu_norm_loss \
 	tests/unit/test_cpu_optimizer \
@@ -52,7 +53,9 @@ UNIT_TESTS = \
 	tests/unit/test_plan_pipedream \
 	tests/unit/test_plan_default \
 	tests/unit/test_plan_file \
+	tests/unit/test_plan_coarsen \
 	tests/unit/test_topology \
+	tests/unit/test_binding \
 	tests/unit/test_transport \
 	tests/unit/test_sched \
 	tests/unit/test_sim_plan \
@@ -65,6 +68,7 @@ TESTS += $(UNIT_TESTS)
 tests_unit_test_core_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
 tests_unit_test_mem_plan_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
 tests_unit_test_graph_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
+tests_unit_test_graph_subset_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
 tests_unit_test_cpu_conv_linear_pool_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
 tests_unit_test_cpu_norm_loss_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
 tests_unit_test_cpu_optimizer_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
@@ -83,7 +87,9 @@ tests_unit_test_plan_states_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
 tests_unit_test_plan_pipedream_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
 tests_unit_test_plan_default_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
 tests_unit_test_plan_file_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
+tests_unit_test_plan_coarsen_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
 tests_unit_test_topology_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
+tests_unit_test_binding_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
 tests_unit_test_transport_SOURCES = tests/unit/test_transport.c tests/unit/transport_peer.c tests/unit/transport_peer.h
 tests_unit_test_transport_CPPFLAGS = $(AM_CPPFLAGS) $(MPI_CFLAGS) $(VERBS_CPPFLAGS) $(RDMACM_CPPFLAGS)
 tests_unit_test_transport_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS) $(MPI_LIBS)
@@ -117,7 +123,10 @@ INTEGRATION_TESTS = \
 	tests/integration/pipeline_exact.sh \
 	tests/integration/pipeline_epochs.sh \
 	tests/integration/pipeline_resume.sh \
-	tests/integration/slurm_sbatch.sh
+	tests/integration/pipeline_binding.sh \
+	tests/integration/pipeline_2bw.sh \
+	tests/integration/slurm_sbatch.sh \
+	tests/integration/emulated_run.sh
 TESTS += $(INTEGRATION_TESTS)
 EXTRA_DIST += $(INTEGRATION_TESTS)
 # Sourced by the tests that run mpirun.
@@ -125,6 +134,9 @@ EXTRA_DIST += tests/integration/mpi_env.sh tests/integration/pipeline_env.sh
 # The paper's experiment scripts slurm_sbatch.sh submits.
 EXTRA_DIST += experiments/lib/job.sh experiments/vgg16.sbatch experiments/alexnet.sbatch experiments/resnet50.sbatch \
 	experiments/inception_v3.sbatch experiments/s2vt.sbatch
+# experiments/reproduce, which emulated_run.sh runs, and its parts.
+EXTRA_DIST += experiments/reproduce experiments/lib/predicted.sh experiments/lib/emulated.sh experiments/lib/netns.sh \
+	experiments/lib/netns-rank experiments/simulate_paper.sh
 # The soft-RoCE VM that verbs_vm.sh boots (tests/rdma/README.md).
 EXTRA_DIST += tests/rdma/README.md tests/rdma/vm-setup.sh tests/rdma/vm-initramfs.sh tests/rdma/vm-run.sh tests/rdma/vm-init
 
