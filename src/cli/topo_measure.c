@@ -237,12 +237,20 @@ static void measure_mpi(const pd_cluster *c, const pd_topo *t, level_result *res
 }
 #endif
 
-/* "12.5 GB/s, 8 us" */
-static const char *speed(double bytes_per_s, double latency_s, char *buf, size_t size)
+/* "12.5 GB/s, 8 us"; between nodes also in bits, as NICs and --network
+ * are given: "25 MB/s = 200 Mb/s, 50 us". */
+static const char *speed(double bytes_per_s, double latency_s, bool network, char *buf, size_t size)
 {
-    char bw[32];
+    static const char *const bit_units[] = {"b/s", "Kb/s", "Mb/s", "Gb/s", "Tb/s"};
+    double bits = bytes_per_s * 8;
+    char bw[32], in_bits[40] = "";
+    int u = 0;
 
-    snprintf(buf, size, "%s, %.3g us", pd_bandwidth_format(bytes_per_s, bw, sizeof(bw)), latency_s * 1e6);
+    for (; network && u < 4 && bits >= 1000.0; u++)
+        bits /= 1000.0;
+    if (network)
+        snprintf(in_bits, sizeof(in_bits), " = %.4g %s", bits, bit_units[u]);
+    snprintf(buf, size, "%s%s, %.3g us", pd_bandwidth_format(bytes_per_s, bw, sizeof(bw)), in_bits, latency_s * 1e6);
     return buf;
 }
 
@@ -270,14 +278,18 @@ int pd_cli_topo_measure(const pd_cluster *c, const pd_topo *node, bool mpi, FILE
             STREAM_MESSAGES, STREAM_BYTES >> 20, PING_BYTES);
     for (int i = 0; i < c->n_levels; i++) {
         const pd_cluster_level *l = &c->levels[i];
-        char found[64], got[64];
+        bool network = i >= intra_levels(c);
+        /* A bandwidth from --network was given, not discovered. */
+        const char *known = strcmp(l->source, "user") == 0 ? "given" : "discovered";
+        char found[80], got[80];
 
-        fprintf(out, "  %d %-10s discovered %s (%s)\n", i, l->name,
-                speed(l->bandwidth_bytes_per_s, l->latency_s, found, sizeof(found)), l->source);
+        fprintf(out, "  %d %-10s %-10s %s (%s%s)\n", i, l->name, known,
+                speed(l->bandwidth_bytes_per_s, l->latency_s, network, found, sizeof(found)), l->source,
+                strcmp(known, "given") == 0 ? ": --network" : "");
         if (res[i].state == MEASURED)
-            fprintf(out, "  %*s measured   %s (%s; %.2f of discovered), %s\n", 12, "",
-                    speed(res[i].bytes_per_s, res[i].latency_s, got, sizeof(got)), res[i].backend,
-                    l->bandwidth_bytes_per_s > 0 ? res[i].bytes_per_s / l->bandwidth_bytes_per_s : 0.0,
+            fprintf(out, "  %*s measured   %s (%s; %.2f of %s), %s\n", 12, "",
+                    speed(res[i].bytes_per_s, res[i].latency_s, network, got, sizeof(got)), res[i].backend,
+                    l->bandwidth_bytes_per_s > 0 ? res[i].bytes_per_s / l->bandwidth_bytes_per_s : 0.0, known,
                     res[i].between);
         else
             fprintf(out, "  %*s %s\n", 12, "", res[i].why);
