@@ -6,7 +6,7 @@
 #   PD_MODEL        model (vgg16, alexnet, resnet50, inception_v3, s2vt, lenet, mlp)
 #   PD_MODEL_ARGS   geometry and size: --width-mult, --channels, --height, --width
 #                   (the classes are the data set's)
-#   PD_DATASET      fashion-mnist, mnist, cifar10, imagenet or synthetic
+#   PD_DATASET      fashion-mnist, mnist, cifar10, imagenet or synthetic (s2vt: s2vt-synthetic or s2vt)
 #   PD_DATA         the data set's directory
 #   PD_BATCH        minibatch size per stage replica (default 64)
 #   PD_EPOCHS       epochs (default 1), or PD_STEPS minibatches instead
@@ -128,8 +128,12 @@ if [ -n "${PD_PROFILE-}" ]; then
 else
     read -r -a profile_args <<<"$PD_PROFILE_ARGS"
     profile_data=()
-    # The profiler reads real data (and times its loading) unless synthetic.
-    [ "$PD_DATASET" = synthetic ] || profile_data=(--data "$PD_DATASET${PD_DATA:+:$PD_DATA}")
+    # The profiler reads real images (and times their loading); it feeds its
+    # own inputs for synthetic data and for S2VT's captions, which it cannot read.
+    case $PD_DATASET in
+    synthetic | s2vt | s2vt-synthetic) ;;
+    *) profile_data=(--data "$PD_DATASET${PD_DATA:+:$PD_DATA}") ;;
+    esac
     device=$PD_DEVICE
     [ "$device" != cuda ] || device=cuda:0
     "$PIPEDREAM" profile --model "$PD_MODEL" "${model_args[@]}" --batch-size "$PD_BATCH" --device "$device" \

@@ -145,7 +145,7 @@ typedef struct pd_pipeline_result {
     float final_loss;       /* of the last minibatch (rank 0; NaN elsewhere) */
     double train_accuracy;  /* of the last minibatch (rank 0) */
     double test_accuracy;   /* of the last evaluation (rank 0; NaN without) */
-    int64_t test_correct, test_samples;
+    int64_t test_correct, test_samples; /* S2VT: tokens (a caption's words and its end) */
     double seconds;         /* training wall time, the slowest rank's (rank 0) */
     double eval_seconds;    /* evaluation wall time, the slowest rank's (rank 0) */
     double samples_per_s;   /* minibatches x batch / seconds */

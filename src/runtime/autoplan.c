@@ -1,5 +1,6 @@
 /* `--plan auto`: rank 0 profiles the model on its device for the run's
- * data (geometry and classes from the training loader, the run's batch),
+ * data (geometry and classes from the training data as the trainer
+ * resolves them, images or S2VT's sequences, the run's batch),
  * or takes the profile it was given, and plans it for every rank of the
  * job on this node (one level of as many workers as ranks, at the
  * bandwidth and latency topology discovery finds between this node's
@@ -29,29 +30,6 @@
 #define PROFILE_WARMUP 1
 #define PROFILE_ITERATIONS 3
 
-/* The model's input from the training loader, as the trainer resolves it. */
-static pd_status data_geometry(const pd_trainer_options *t, pd_model_options *out)
-{
-    pd_loader_options o = t->train_data;
-    pd_loader_info info;
-    pd_loader *l;
-
-    o.train = true;
-    o.seed = t->seed;
-    PD_CHECK(pd_loader_open(&o, &l));
-    pd_loader_get_info(l, &info);
-    pd_loader_destroy(l);
-    *out = (pd_model_options){
-        .batch = t->model_options.batch ? t->model_options.batch : info.batch,
-        .channels = t->model_options.channels ? t->model_options.channels : info.channels,
-        .height = t->model_options.height ? t->model_options.height : info.height,
-        .width = t->model_options.width ? t->model_options.width : info.width,
-        .classes = t->model_options.classes ? t->model_options.classes : info.classes,
-        .width_multiplier = t->model_options.width_multiplier != 0.0f ? t->model_options.width_multiplier : 1.0f,
-    };
-    return PD_OK;
-}
-
 static pd_status measure(const pd_pipeline_options *o, pd_profile **out)
 {
     const pd_profile_options popts = {.warmup = PROFILE_WARMUP, .iterations = PROFILE_ITERATIONS};
@@ -59,7 +37,7 @@ static pd_status measure(const pd_pipeline_options *o, pd_profile **out)
     pd_device *dev;
     pd_status s;
 
-    PD_CHECK(data_geometry(&o->train, &mo));
+    PD_CHECK(pd_trainer_data_geometry(&o->train, &mo));
     PD_CHECK(pd_device_open(o->train.device ? o->train.device : "cpu", &dev));
     s = pd_profile_measure(o->train.model, &mo, dev, o->train.seed, &popts, out);
     pd_device_close(dev);

@@ -235,11 +235,7 @@ static pd_status forward(pd_pipeline *p, int i, const pd_sched_action *a)
     p->progress.forwards++;
     if (p->st.index == p->st.n_stages - 1) {
         pd_graph *g = p->st.g;
-        const pd_tensor *labels = pd_graph_output(g, p->parts.io.labels);
-        PD_CHECK(pd_tensor_copy_to_host(labels, p->parts.labels, pd_tensor_nbytes(labels)));
-        PD_CHECK(pd_trainer_count_correct(pd_graph_output(g, p->parts.io.logits), p->parts.labels,
-                                          p->parts.model.batch, p->parts.model.classes, p->parts.logits,
-                                          &p->correct[mb]));
+        PD_CHECK(pd_trainer_count_correct(p->trainer, p->batch, &p->correct[mb], &p->counted[mb]));
         PD_CHECK(pd_tensor_copy_to_host(pd_graph_output(g, p->parts.io.loss), &p->losses[mb], sizeof(float)));
         if (!isfinite(p->losses[mb]))
             return PD_ERROR(PD_ESTATE, "training diverged at minibatch %lld: the loss is %g (try a lower learning "
@@ -248,6 +244,7 @@ static pd_status forward(pd_pipeline *p, int i, const pd_sched_action *a)
         p->progress.loss_sum += (double)p->losses[mb];
         p->progress.losses++;
         p->progress.correct += p->correct[mb];
+        p->progress.counted += p->counted[mb];
     }
     if (!backward_follows(p, i, a->minibatch))
         PD_CHECK(pd_stage_stash_save(&p->st, mb));
@@ -255,7 +252,7 @@ static pd_status forward(pd_pipeline *p, int i, const pd_sched_action *a)
 }
 
 /* An evaluation forward in inference mode on the newest weights; the last
- * stage counts the hits among the batch's valid rows. */
+ * stage counts the hits among the batch's valid samples (S2VT: tokens). */
 static pd_status evaluate(pd_pipeline *p, const pd_sched_action *a)
 {
     const int64_t index = a->minibatch - p->seg->count;
@@ -271,15 +268,12 @@ static pd_status evaluate(pd_pipeline *p, const pd_sched_action *a)
     p->progress.evals++;
     if (p->st.index < p->st.n_stages - 1)
         return PD_OK;
-    pd_graph *g = p->st.g;
     const int64_t left = p->eval_samples - index * p->batch;
     const int valid = left < p->batch ? (int)left : p->batch;
-    const pd_tensor *labels = pd_graph_output(g, p->parts.io.labels);
-    int64_t hits;
-    PD_CHECK(pd_tensor_copy_to_host(labels, p->parts.labels, pd_tensor_nbytes(labels)));
-    PD_CHECK(pd_trainer_count_correct(pd_graph_output(g, p->parts.io.logits), p->parts.labels, valid,
-                                      p->parts.model.classes, p->parts.logits, &hits));
+    int64_t hits, counted;
+    PD_CHECK(pd_trainer_count_correct(p->trainer, valid, &hits, &counted));
     p->eval_correct += hits;
+    p->eval_counted += counted;
     return PD_OK;
 }
 
@@ -356,18 +350,13 @@ static pd_status step(pd_pipeline *p, const pd_sched_action *a)
     return PD_OK;
 }
 
+/* Stage 0: the minibatch into the model's inputs (all of them: what later
+ * stages read travels with the activations). */
 static pd_status load(pd_pipeline *p, const pd_sched_action *a)
 {
-    pd_graph *g = p->st.g;
-    pd_tensor *images = pd_graph_output(g, p->parts.io.images), *labels = pd_graph_output(g, p->parts.io.labels);
-    pd_loader *from = is_eval_mb(p, a) ? p->parts.eval : p->parts.train;
     int valid;
 
-    if (!from)
-        return PD_ERROR(PD_ESTATE, "pipeline: rank %d: evaluation without a test loader", p->boot.rank);
-    PD_CHECK(pd_loader_next(from, p->parts.images, p->parts.labels, &valid));
-    PD_CHECK(pd_tensor_copy_from_host(images, p->parts.images, pd_tensor_nbytes(images)));
-    return pd_tensor_copy_from_host(labels, p->parts.labels, pd_tensor_nbytes(labels));
+    return pd_trainer_load(p->trainer, is_eval_mb(p, a), &valid);
 }
 
 static pd_status execute(pd_pipeline *p, int i)

@@ -17,23 +17,48 @@
 
 /* ---- trainer.c: the pieces a pipeline rank reuses ---- */
 
-/* A created trainer's device, loader, model, optimizer and schedule,
- * borrowed (the trainer owns them). */
+/* A created trainer's device, model, optimizer and schedule, borrowed
+ * (the trainer owns them), and its data's sizes (S2VT's as in
+ * pd_trainer_stand_in_data; eval_info zero without evaluation data). Its
+ * data itself is read through pd_trainer_load. */
 typedef struct pd_trainer_parts {
     pd_device *dev;
-    pd_loader *train, *eval; /* eval NULL without evaluation data */
     pd_loader_info train_info, eval_info;
     pd_model_options model;
     pd_graph *g;
     pd_model_io io;
     pd_optimizer *opt;
     const pd_lr_schedule *schedule;
-    float *images;   /* host staging [B,C,H,W] */
-    int32_t *labels; /* host staging [B] */
-    float *logits;   /* host staging [B,classes] */
 } pd_trainer_parts;
 
 void pd_trainer_get_parts(pd_trainer *t, pd_trainer_parts *out);
+
+/* The next minibatch of the training data (with `eval`, of the evaluation
+ * data), images or S2VT's frames, words and targets, into the model's input
+ * tensors; *valid receives its samples. PD_ESTATE for `eval` without
+ * evaluation data. */
+pd_status pd_trainer_load(pd_trainer *t, bool eval, int *valid);
+
+/* Puts the training (`eval`: evaluation) data at minibatch `batch` of
+ * epoch `epoch`; data already there keeps what it has prefetched. */
+pd_status pd_trainer_seek(pd_trainer *t, bool eval, int64_t epoch, int64_t batch);
+
+/* Right predictions of the graph's logits against its labels tensor among
+ * the first `valid` samples, out of *counted: the samples, or for S2VT
+ * their tokens (a caption's words and its end, not the padding). */
+pd_status pd_trainer_count_correct(pd_trainer *t, int valid, int64_t *correct, int64_t *counted);
+
+/* The model options (input, classes, batch) that `opts` and its training
+ * data (either kind) resolve to, as pd_trainer_create resolves them,
+ * without building the model. */
+pd_status pd_trainer_data_geometry(const pd_trainer_options *opts, pd_model_options *out);
+
+/* Data for a rank that builds the model of `geometry` but reads no data (a
+ * pipeline stage after the first): one synthetic minibatch of the same
+ * family as the data set `kind` (s2vt-synthetic for S2VT's kinds, whose
+ * channels, height, width and classes are features, frames, decoder steps
+ * and vocabulary). */
+pd_loader_options pd_trainer_stand_in_data(const char *kind, const pd_model_options *geometry);
 
 /* Picks the part of a built, unallocated model graph a rank allocates:
  * sets run[k] and hold[k] (pd_graph_size entries each, all false on entry)
@@ -52,10 +77,6 @@ pd_status pd_trainer_create_part(const pd_trainer_options *opts, pd_trainer_sele
 pd_status pd_trainer_optimizer_create(const pd_trainer_options *o, pd_graph *g, pd_param *const *params, int n,
                                       pd_optimizer **out);
 
-/* Counts the rows among the first `valid` whose arg-max (first maximum) of
- * `logits` [B,classes] is the label; `host` receives the logits. */
-pd_status pd_trainer_count_correct(const pd_tensor *logits, const int32_t *labels, int valid, int classes,
-                                   float *host, int64_t *correct);
 
 /* ---- checkpoint.c: checkpoints of some of a graph's parameters ---- */
 
@@ -253,7 +274,7 @@ typedef struct pd_rank_progress {
     double last_s;           /* when the last line was printed (or the run began) */
     int64_t forwards, backwards, evals; /* since then */
     double loss_sum;         /* last stage: losses and hits since then */
-    int64_t losses, correct;
+    int64_t losses, correct, counted; /* counted: samples, or S2VT's tokens */
     double allreduce_wait_s; /* waiting for the replicas' all-reduce since then */
 } pd_rank_progress;
 
@@ -340,9 +361,9 @@ struct pd_pipeline {
     int n_resume_paths;
 
     float *losses;       /* per minibatch (last stage; rank 0 after each segment) */
-    int64_t *correct;
+    int64_t *correct, *counted; /* right predictions out of samples (S2VT: tokens) */
     double *mb_time;     /* per minibatch: seconds into the run when its loss was computed */
-    int64_t eval_correct; /* of the running segment (last stage; rank 0 after it) */
+    int64_t eval_correct, eval_counted; /* of the running segment (last stage; rank 0 after it) */
     FILE *metrics;       /* rank 0 */
     pd_rank_progress progress;
     pd_flight flight;

@@ -33,10 +33,6 @@ pd_status pd_pipeline_check_options(const pd_pipeline_options *o)
 
     if (o->plan_path && strcmp(o->plan_path, "auto") != 0 && !o->profile_path)
         return PD_ERROR(PD_EINVAL, "pipeline: a plan file needs the profile it was made from");
-    /* Stages exchange image minibatches and class labels; caption
-     * sequences do not travel through the pipeline yet. */
-    if (t->model && strcmp(t->model, "s2vt") == 0)
-        return PD_ERROR(PD_ENOTSUP, "pipeline: s2vt trains in one process only for now (no --plan, --np)");
     if ((t->steps > 0) == (t->epochs > 0) || t->steps < 0 || t->epochs < 0)
         return PD_ERROR(PD_EINVAL, "pipeline: give a number of training minibatches (steps) or of epochs, not both");
     if (t->steps > (1 << 30) || t->epochs > (1 << 20))
@@ -111,9 +107,12 @@ static pd_status select_stage(const pd_graph *g, void *user, bool *run, bool *ho
 }
 
 /* The model through the trainer, which also opens the device and the
- * loaders: stage 0's replicas read their shards of the training and the
- * test split; the other stages read no data (the trainer gets a
- * one-minibatch synthetic loader of stage 0's geometry, never read). The
+ * data: stage 0's replicas read their shards of the training and the test
+ * split; the other stages read no data (the trainer gets one synthetic
+ * minibatch of stage 0's geometry, never read): whatever a later stage's
+ * layers read of the data (labels, S2VT's words and targets) travels from
+ * stage 0 with the activations (stage.c), so that one reader decides the
+ * order, shards and augmentation of every minibatch. The
  * graph holds the stage's part of the model only (pd_stage_select). The
  * trainer's own optimizer is stateless SGD, never stepped: the stage's
  * optimizer comes with the stage (make_stage). */
@@ -127,16 +126,7 @@ static pd_status make_model(pd_pipeline *p, const pd_model_options *geometry)
         t.train_data.num_shards = t.eval_data.num_shards = r0;
     }
     if (p->stage != 0) {
-        t.train_data = (pd_loader_options){
-            .kind = "synthetic",
-            .split = "train",
-            .batch = geometry->batch,
-            .channels = geometry->channels,
-            .height = geometry->height,
-            .width = geometry->width,
-            .classes = geometry->classes,
-            .samples = geometry->batch,
-        };
+        t.train_data = pd_trainer_stand_in_data(t.train_data.kind, geometry);
         t.eval_data = (pd_loader_options){0};
         t.model_options.batch = t.model_options.channels = t.model_options.height = t.model_options.width = 0;
         t.model_options.classes = 0;
@@ -177,7 +167,7 @@ static pd_status make_models(pd_pipeline *p)
         v[3] = m->width;
         v[4] = m->classes;
         v[5] = p->parts.train_info.split_samples;
-        v[6] = p->parts.eval ? p->parts.eval_info.split_samples : 0;
+        v[6] = p->parts.eval_info.split_samples;
     }
 #ifdef HAVE_MPI
     /* Every rank takes part, also one that failed (it aborts the job). */
@@ -235,8 +225,9 @@ static pd_status make_segments(pd_pipeline *p)
     PD_CHECK(pd_segments_plan(&so, &p->segments, &p->n_segments));
     p->losses = calloc((size_t)p->total, sizeof(*p->losses));
     p->correct = calloc((size_t)p->total, sizeof(*p->correct));
+    p->counted = calloc((size_t)p->total, sizeof(*p->counted));
     p->mb_time = calloc((size_t)p->total, sizeof(*p->mb_time));
-    if (!p->losses || !p->correct || !p->mb_time)
+    if (!p->losses || !p->correct || !p->counted || !p->mb_time)
         return PD_ERROR(PD_ENOMEM, "pipeline: out of host memory for %lld minibatches' losses", (long long)p->total);
     return PD_OK;
 }
@@ -488,6 +479,7 @@ void pd_pipeline_destroy(pd_pipeline *p)
     free(p->grad_acc);
     free(p->losses);
     free(p->correct);
+    free(p->counted);
     free(p->mb_time);
     free(p->segments);
     free(p->rank_stage);

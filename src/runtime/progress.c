@@ -78,7 +78,7 @@ static void print_line(pd_pipeline *p, double span)
             (long long)g->backwards, (long long)g->evals, (double)(g->backwards * p->batch) / span);
     if (g->losses)
         fprintf(f, ", loss %.4f, accuracy %.1f%%", g->loss_sum / (double)g->losses,
-                100.0 * (double)g->correct / (double)(g->losses * p->batch));
+                g->counted ? 100.0 * (double)g->correct / (double)g->counted : 0.0);
     fputs("; waited for", f);
     print_waits(p, f);
     fprintf(f, " in %.1f s\n", span);

@@ -27,9 +27,9 @@ static double now_seconds(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Stage 0: the training loader at the segment's first minibatch (replica j
+/* Stage 0: the training data at the segment's first minibatch (replica j
  * of r reads shard j, whose k-th minibatch is global minibatch k r + j),
- * the test loader at its start. A loader already there keeps what it has
+ * the test data at its start. A loader already there keeps what it has
  * prefetched. */
 static pd_status position_loaders(pd_pipeline *p, const pd_segment *seg)
 {
@@ -46,12 +46,8 @@ static pd_status position_loaders(pd_pipeline *p, const pd_segment *seg)
         epoch = seg->first / r0 / shard_epoch;
         batch = seg->first / r0 % shard_epoch;
     }
-    if (pd_loader_epoch(p->parts.train) != epoch || pd_loader_position(p->parts.train) != batch)
-        PD_CHECK(pd_loader_seek(p->parts.train, epoch, batch));
-    if (seg->eval && p->parts.eval &&
-        (pd_loader_epoch(p->parts.eval) != 0 || pd_loader_position(p->parts.eval) != 0))
-        PD_CHECK(pd_loader_seek(p->parts.eval, 0, 0));
-    return PD_OK;
+    PD_CHECK(pd_trainer_seek(p->trainer, false, epoch, batch));
+    return seg->eval ? pd_trainer_seek(p->trainer, true, 0, 0) : PD_OK;
 }
 
 /* Brings the segment's per-minibatch records, the test hits and the
@@ -64,13 +60,16 @@ static void gather(pd_pipeline *p, const pd_segment *seg, double times[2])
 #ifdef HAVE_MPI
     const int n = (int)seg->count, me = p->boot.rank;
     float *losses = p->losses + seg->first;
-    int64_t *correct = p->correct + seg->first;
+    int64_t *correct = p->correct + seg->first, *counted = p->counted + seg->first;
     double *at = p->mb_time + seg->first;
 
     MPI_Reduce(me == 0 ? MPI_IN_PLACE : losses, losses, n, MPI_FLOAT, MPI_SUM, 0, MPI_COMM_WORLD);
     MPI_Reduce(me == 0 ? MPI_IN_PLACE : correct, correct, n, MPI_INT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
+    MPI_Reduce(me == 0 ? MPI_IN_PLACE : counted, counted, n, MPI_INT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
     MPI_Reduce(me == 0 ? MPI_IN_PLACE : at, at, n, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
     MPI_Reduce(me == 0 ? MPI_IN_PLACE : &p->eval_correct, &p->eval_correct, 1, MPI_INT64_T, MPI_SUM, 0,
+               MPI_COMM_WORLD);
+    MPI_Reduce(me == 0 ? MPI_IN_PLACE : &p->eval_counted, &p->eval_counted, 1, MPI_INT64_T, MPI_SUM, 0,
                MPI_COMM_WORLD);
     MPI_Reduce(me == 0 ? MPI_IN_PLACE : times, times, 2, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
 #else
@@ -85,6 +84,12 @@ static double epochs_at(const pd_pipeline *p, int64_t mb)
     return per_epoch > 0 ? (double)(mb + 1) / (double)per_epoch : 0.0;
 }
 
+/* Accuracy from hits out of the samples (S2VT: tokens) counted. */
+static double ratio(int64_t correct, int64_t counted)
+{
+    return counted > 0 ? (double)correct / (double)counted : NAN;
+}
+
 /* Rank 0's records of the segment: the trainer's columns, the test
  * accuracy on its last row when it was evaluated. */
 static pd_status write_metrics(pd_pipeline *p, const pd_segment *seg, double seg_start, double accuracy)
@@ -97,7 +102,7 @@ static pd_status write_metrics(pd_pipeline *p, const pd_segment *seg, double seg
         const double lr = (double)(float)pd_lr_schedule_at(&p->lr, step_start, p->total);
         const double took = p->mb_time[mb] - seg_start;
         const double rate = took > 0 ? (double)((mb - seg->first + 1) * p->batch) / took : 0.0;
-        const double acc = (double)p->correct[mb] / p->batch;
+        const double acc = ratio(p->correct[mb], p->counted[mb]);
         const bool with_test = seg->eval && mb == seg->first + seg->count - 1;
         if (csv) {
             fprintf(f, "%lld,%.6f,%.6f,%.9g,%.6f,%.1f,%.6g,", (long long)mb + 1, epochs_at(p, mb), p->mb_time[mb],
@@ -112,7 +117,8 @@ static pd_status write_metrics(pd_pipeline *p, const pd_segment *seg, double seg
                 "\"samples_per_s\":%.1f,\"lr\":%.6g",
                 (long long)mb + 1, epochs_at(p, mb), p->mb_time[mb], (double)p->losses[mb], acc, rate, lr);
         if (with_test)
-            fprintf(f, ",\"test_accuracy\":%.6f,\"test_samples\":%lld", accuracy, (long long)p->eval_samples);
+            fprintf(f, ",\"test_accuracy\":%.6f,\"test_samples\":%lld", accuracy,
+                    (long long)p->result.test_samples);
         fputs("}\n", f);
     }
     if (f && (fflush(f) != 0 || ferror(f)))
@@ -127,21 +133,22 @@ static pd_status report(pd_pipeline *p, const pd_segment *seg, double seg_start,
     pd_pipeline_result *r = &p->result;
     const int64_t last = seg->first + seg->count - 1;
     double loss_sum = 0;
-    int64_t hits = 0;
+    int64_t hits = 0, counted = 0;
 
     for (int64_t mb = seg->first; mb <= last; mb++) {
         loss_sum += (double)p->losses[mb];
         hits += p->correct[mb];
+        counted += p->counted[mb];
     }
     r->seconds += times[0];
     r->eval_seconds += times[1];
     r->final_loss = p->losses[last];
-    r->train_accuracy = (double)p->correct[last] / p->batch;
+    r->train_accuracy = ratio(p->correct[last], p->counted[last]);
     r->epochs = p->per_epoch ? (double)(last + 1) / (double)p->per_epoch : 0.0;
     if (seg->eval) {
         r->test_correct = p->eval_correct;
-        r->test_samples = p->eval_samples;
-        r->test_accuracy = p->eval_samples ? (double)p->eval_correct / (double)p->eval_samples : NAN;
+        r->test_samples = p->eval_counted;
+        r->test_accuracy = ratio(p->eval_correct, p->eval_counted);
     }
     PD_CHECK(write_metrics(p, seg, seg_start, r->test_accuracy));
     if (p->opts.progress_seconds < 0 || !seg->eval)
@@ -155,7 +162,7 @@ static pd_status report(pd_pipeline *p, const pd_segment *seg, double seg_start,
     fprintf(stderr, "pipedream: %s: test accuracy %.2f%% (%lld/%lld), training loss %.4f and accuracy %.1f%% over "
                     "the last %lld minibatches, %.0f samples/s\n",
             when, 100.0 * r->test_accuracy, (long long)r->test_correct, (long long)r->test_samples,
-            loss_sum / (double)seg->count, 100.0 * (double)hits / (double)(seg->count * p->batch),
+            loss_sum / (double)seg->count, 100.0 * ratio(hits, counted),
             (long long)seg->count, times[0] > 0 ? (double)(seg->count * p->batch) / times[0] : 0.0);
     return PD_OK;
 }
@@ -165,7 +172,7 @@ static pd_status run_segment(pd_pipeline *p, const pd_segment *seg)
     double times[2];
 
     p->seg = seg;
-    p->eval_correct = 0;
+    p->eval_correct = p->eval_counted = 0;
     p->seg_train_s = p->seg_eval_s = 0;
     PD_CHECK(pd_pipeline_schedule(p, seg));
     const double seg_start = now_seconds() - p->run_start;

@@ -343,15 +343,19 @@ static pd_status open_loaders(pd_trainer *t)
     return PD_OK;
 }
 
-/* The training data's position: epoch and minibatch of the next step. */
-static int64_t data_epoch(const pd_trainer *t)
+/* A split's position: epoch and minibatch of the next step. */
+static int64_t data_epoch(const pd_trainer *t, bool eval)
 {
-    return t->seq ? pd_s2vt_batches_epoch(t->seq_train.it) : pd_loader_epoch(t->train);
+    if (t->seq)
+        return pd_s2vt_batches_epoch((eval ? &t->seq_eval : &t->seq_train)->it);
+    return pd_loader_epoch(eval ? t->eval : t->train);
 }
 
-static int64_t data_position(const pd_trainer *t)
+static int64_t data_position(const pd_trainer *t, bool eval)
 {
-    return t->seq ? pd_s2vt_batches_position(t->seq_train.it) : pd_loader_position(t->train);
+    if (t->seq)
+        return pd_s2vt_batches_position((eval ? &t->seq_eval : &t->seq_train)->it);
+    return pd_loader_position(eval ? t->eval : t->train);
 }
 
 static pd_status data_seek(pd_trainer *t, bool eval, int64_t epoch, int64_t batch)
@@ -364,6 +368,15 @@ static pd_status data_seek(pd_trainer *t, bool eval, int64_t epoch, int64_t batc
 static bool has_eval(const pd_trainer *t)
 {
     return t->seq ? t->seq_eval.it != NULL : t->eval != NULL;
+}
+
+pd_status pd_trainer_seek(pd_trainer *t, bool eval, int64_t epoch, int64_t batch)
+{
+    if (eval && !has_eval(t))
+        return PD_ERROR(PD_ESTATE, "trainer: no evaluation data to position");
+    if (data_epoch(t, eval) == epoch && data_position(t, eval) == batch)
+        return PD_OK;
+    return data_seek(t, eval, epoch, batch);
 }
 
 /* The next minibatch of a split into the staging buffers. */
@@ -421,8 +434,8 @@ static void current_state(const pd_trainer *t, pd_checkpoint_state *st)
         .seed = t->opts.seed,
         .step = t->done_steps,
         .total_steps = t->total_steps,
-        .loader_epoch = data_epoch(t),
-        .loader_batch = data_position(t),
+        .loader_epoch = data_epoch(t, false),
+        .loader_batch = data_position(t, false),
         .lr_schedule = t->schedule,
         .optimizer = pd_optimizer_get_kind(t->opt),
         .optimizer_steps = pd_optimizer_steps(t->opt),
@@ -529,19 +542,27 @@ pd_status pd_trainer_create(const pd_trainer_options *opts, pd_trainer **out)
     return pd_trainer_create_part(opts, NULL, NULL, out);
 }
 
+/* A trainer of checked options that holds nothing yet; `out` is the
+ * caller's output, checked for NULL with the options. */
+static pd_status trainer_new(const pd_trainer_options *opts, const void *out, pd_trainer **t)
+{
+    if (!opts || !out)
+        return PD_ERROR(PD_EINVAL, "trainer: NULL options or output");
+    PD_CHECK(check_options(opts));
+    if (!(*t = calloc(1, sizeof(**t))))
+        return PD_ERROR(PD_ENOMEM, "trainer: out of host memory");
+    (*t)->opts = *opts;
+    (*t)->seq = is_sequence_kind(opts->train_data.kind);
+    return PD_OK;
+}
+
 pd_status pd_trainer_create_part(const pd_trainer_options *opts, pd_trainer_select_fn select, void *user,
                                  pd_trainer **out)
 {
     pd_trainer *t;
     pd_status s;
 
-    if (!opts || !out)
-        return PD_ERROR(PD_EINVAL, "trainer: NULL options or output");
-    PD_CHECK(check_options(opts));
-    if (!(t = calloc(1, sizeof(*t))))
-        return PD_ERROR(PD_ENOMEM, "trainer: out of host memory");
-    t->opts = *opts;
-    t->seq = is_sequence_kind(opts->train_data.kind);
+    PD_CHECK(trainer_new(opts, out, &t));
     t->result.final_loss = NAN;
     t->result.eval_accuracy = NAN;
 
@@ -549,6 +570,7 @@ pd_status pd_trainer_create_part(const pd_trainer_options *opts, pd_trainer_sele
     PD_CHECK_GOTO(open_metrics(t), s, fail);
     PD_CHECK_GOTO(check_checkpoint_dir(opts->checkpoint_dir), s, fail);
     PD_CHECK_GOTO(pd_device_open(opts->device ? opts->device : "cpu", &t->dev), s, fail);
+    PD_CHECK_GOTO(t->dev->ops->set_precision(t->dev, opts->precision), s, fail);
     PD_CHECK_GOTO(open_loaders(t), s, fail);
     t->total_steps = opts->steps ? opts->steps : opts->epochs * t->train_info.batches_per_epoch;
     if (t->total_steps <= 0) {
@@ -568,14 +590,14 @@ pd_status pd_trainer_create_part(const pd_trainer_options *opts, pd_trainer_sele
 
     const size_t batch = (size_t)t->model.batch, steps = t->seq ? (size_t)t->model.width : 1;
     const size_t image = (size_t)t->model.channels * (size_t)t->model.height * (t->seq ? 1 : (size_t)t->model.width);
-    t->images = malloc(batch * image * sizeof(*t->images));
-    t->labels = malloc(batch * steps * sizeof(*t->labels));
-    t->logits = malloc(batch * steps * (size_t)t->model.classes * sizeof(*t->logits));
-    t->words = t->seq ? malloc(batch * steps * sizeof(*t->words)) : NULL;
-    if (!t->images || !t->labels || !t->logits || (t->seq && !t->words)) {
-        s = PD_ERROR(PD_ENOMEM, "trainer: out of host memory for the minibatch buffers");
-        goto fail;
-    }
+    /* Staging for copies to and from the device: pinned on a GPU. */
+    pd_device *d = t->dev;
+    PD_CHECK_GOTO(d->ops->host_alloc(d, batch * image * sizeof(*t->images), (void **)&t->images), s, fail);
+    PD_CHECK_GOTO(d->ops->host_alloc(d, batch * steps * sizeof(*t->labels), (void **)&t->labels), s, fail);
+    PD_CHECK_GOTO(d->ops->host_alloc(d, batch * steps * (size_t)t->model.classes * sizeof(*t->logits),
+                                     (void **)&t->logits), s, fail);
+    if (t->seq)
+        PD_CHECK_GOTO(d->ops->host_alloc(d, batch * steps * sizeof(*t->words), (void **)&t->words), s, fail);
     if (opts->resume)
         PD_CHECK_GOTO(resume(t), s, fail);
     *out = t;
@@ -583,6 +605,35 @@ pd_status pd_trainer_create_part(const pd_trainer_options *opts, pd_trainer_sele
 fail:
     pd_trainer_destroy(t);
     return s;
+}
+
+pd_status pd_trainer_data_geometry(const pd_trainer_options *opts, pd_model_options *out)
+{
+    pd_trainer *t;
+    pd_status s;
+
+    PD_CHECK(trainer_new(opts, out, &t));
+    t->opts.eval_data = (pd_loader_options){0}; /* the training data decides */
+    if ((s = open_loaders(t)) == PD_OK)
+        *out = t->model;
+    pd_trainer_destroy(t);
+    return s;
+}
+
+pd_loader_options pd_trainer_stand_in_data(const char *kind, const pd_model_options *geometry)
+{
+    /* S2VT's fields mean features, frames, decoder steps and vocabulary
+     * there, as the sequence data reports them (seq_start). */
+    return (pd_loader_options){
+        .kind = is_sequence_kind(kind) ? "s2vt-synthetic" : "synthetic",
+        .split = "train",
+        .batch = geometry->batch,
+        .channels = geometry->channels,
+        .height = geometry->height,
+        .width = geometry->width,
+        .classes = geometry->classes,
+        .samples = geometry->batch,
+    };
 }
 
 void pd_trainer_get_info(const pd_trainer *t, pd_trainer_info *out)
@@ -608,10 +659,12 @@ void pd_trainer_destroy(pd_trainer *t)
 {
     if (!t)
         return;
-    free(t->words);
-    free(t->logits);
-    free(t->labels);
-    free(t->images);
+    if (t->dev) { /* the staging buffers came from it */
+        t->dev->ops->host_free(t->dev, t->words);
+        t->dev->ops->host_free(t->dev, t->logits);
+        t->dev->ops->host_free(t->dev, t->labels);
+        t->dev->ops->host_free(t->dev, t->images);
+    }
     pd_optimizer_destroy(t->opt);
     pd_graph_destroy(t->g);
     pd_loader_destroy(t->eval);
@@ -639,13 +692,23 @@ static pd_status feed(pd_trainer *t)
     return pd_tensor_copy_from_host(labels, t->labels, pd_tensor_nbytes(labels));
 }
 
-pd_status pd_trainer_count_correct(const pd_tensor *logits, const int32_t *labels, int valid, int classes,
-                                   float *host, int64_t *correct)
+pd_status pd_trainer_load(pd_trainer *t, bool eval, int *valid)
+{
+    if (eval && !has_eval(t))
+        return PD_ERROR(PD_ESTATE, "trainer: no evaluation data to load");
+    PD_CHECK(data_next(t, eval, valid));
+    return feed(t);
+}
+
+/* Counts the rows among the first `rows` of `logits` [rows,classes] whose
+ * arg-max (first maximum) is the label; `host` receives the logits. */
+static pd_status count_rows(const pd_tensor *logits, const int32_t *labels, int rows, int classes, float *host,
+                            int64_t *correct)
 {
     int64_t hits = 0;
 
     PD_CHECK(pd_tensor_copy_to_host(logits, host, pd_tensor_nbytes(logits)));
-    for (int i = 0; i < valid; i++) {
+    for (int i = 0; i < rows; i++) {
         const float *row = host + (size_t)i * (size_t)classes;
         int best = 0;
         for (int k = 1; k < classes; k++)
@@ -657,13 +720,15 @@ pd_status pd_trainer_count_correct(const pd_tensor *logits, const int32_t *label
     return PD_OK;
 }
 
-/* Right predictions among the first `valid` samples, out of *counted: the
- * samples, or for S2VT their tokens (targets other than PD_S2VT_IGNORE,
- * which no arg-max equals, so the rows of padding count nowhere). */
-static pd_status count_correct(pd_trainer *t, int valid, int64_t *correct, int64_t *counted)
+/* The labels are read back from the graph, where a pipeline's last stage
+ * received them. S2VT counts tokens: targets other than PD_S2VT_IGNORE,
+ * which no arg-max equals, so the rows of padding count nowhere. */
+pd_status pd_trainer_count_correct(pd_trainer *t, int valid, int64_t *correct, int64_t *counted)
 {
+    const pd_tensor *labels = pd_graph_output(t->g, t->io.labels);
     int rows = valid;
 
+    PD_CHECK(pd_tensor_copy_to_host(labels, t->labels, pd_tensor_nbytes(labels)));
     *counted = valid;
     if (t->seq) {
         rows = valid * t->model.width;
@@ -671,16 +736,13 @@ static pd_status count_correct(pd_trainer *t, int valid, int64_t *correct, int64
         for (int r = 0; r < rows; r++)
             *counted += t->labels[r] != PD_S2VT_IGNORE;
     }
-    return pd_trainer_count_correct(pd_graph_output(t->g, t->io.logits), t->labels, rows, t->model.classes,
-                                    t->logits, correct);
+    return count_rows(pd_graph_output(t->g, t->io.logits), t->labels, rows, t->model.classes, t->logits, correct);
 }
 
 void pd_trainer_get_parts(pd_trainer *t, pd_trainer_parts *out)
 {
     *out = (pd_trainer_parts){
         .dev = t->dev,
-        .train = t->train,
-        .eval = t->eval,
         .train_info = t->train_info,
         .eval_info = t->eval_info,
         .model = t->model,
@@ -688,9 +750,6 @@ void pd_trainer_get_parts(pd_trainer *t, pd_trainer_parts *out)
         .io = t->io,
         .opt = t->opt,
         .schedule = &t->schedule,
-        .images = t->images,
-        .labels = t->labels,
-        .logits = t->logits,
     };
 }
 
@@ -704,10 +763,9 @@ static pd_status evaluate(pd_trainer *t, pd_trainer_progress *p)
     for (int64_t b = 0; b < t->eval_info.batches_per_epoch; b++) {
         int valid;
         int64_t batch_hits, batch_counted;
-        PD_CHECK(data_next(t, true, &valid));
-        PD_CHECK(feed(t));
+        PD_CHECK(pd_trainer_load(t, true, &valid));
         PD_CHECK(pd_graph_forward(t->g, b, false));
-        PD_CHECK(count_correct(t, valid, &batch_hits, &batch_counted));
+        PD_CHECK(pd_trainer_count_correct(t, valid, &batch_hits, &batch_counted));
         hits += batch_hits;
         seen += batch_counted;
     }
@@ -724,10 +782,9 @@ static pd_status train_step(pd_trainer *t, int64_t step, float *loss, int64_t *c
 {
     int valid;
 
-    PD_CHECK(data_next(t, false, &valid));
-    PD_CHECK(feed(t));
+    PD_CHECK(pd_trainer_load(t, false, &valid));
     PD_CHECK(pd_graph_forward(t->g, step, true));
-    PD_CHECK(count_correct(t, valid, correct, counted));
+    PD_CHECK(pd_trainer_count_correct(t, valid, correct, counted));
     PD_CHECK(pd_tensor_copy_to_host(pd_graph_output(t->g, t->io.loss), loss, sizeof(*loss)));
     if (!isfinite(*loss))
         return PD_ERROR(PD_ESTATE, "training diverged at step %lld: the loss is %g (try a lower learning rate, --lr)",

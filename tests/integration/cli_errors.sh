@@ -92,7 +92,7 @@ expect 2 "--frobnicate" train --frobnicate
 expect 2 "extra" train extra
 expect 2 "image data set 'fashion-mnist'" train --model s2vt --dataset fashion-mnist
 expect 2 "reads image data" train --model lenet --dataset s2vt-synthetic
-expect 2 "one process" train --model s2vt --np 2
+expect 2 "image data set 'synthetic'" train --model s2vt --np 2 --dataset synthetic
 expect 2 "--quiet=yes" train --quiet=yes
 expect 2 "--batch" train --batch
 for bad in abc 12x "" " 7" 0 -3 99999999999999999999 1e3; do

@@ -17,14 +17,22 @@
  * Prints one loss per line (%.9g, exact for f32).
  *
  * Usage: pipeline_ref PLAN PROFILE MODEL BATCH SIDE STEPS SEED LR [2bw M]
+ *        [width-mult F]
  * (synthetic data of 1 x SIDE x SIDE, as `pipedream train --dataset
- * synthetic --channels 1 --height SIDE --width SIDE` loads it; momentum
- * 0.9, constant lr: the command's defaults). */
+ * synthetic --channels 1 --height SIDE --width SIDE` loads it; for MODEL
+ * s2vt, with SIDE 0, the captioning task of `--dataset s2vt-synthetic` at
+ * its own sizes; momentum 0.9, constant lr: the command's defaults). The
+ * model, its data and the optimizer are the single-process trainer's, so
+ * that only the weight versions are this program's. */
+#include "config.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <pipedream.h>
+
+#include "runtime/pd_runtime_int.h"
 
 static void die(const char *what)
 {
@@ -76,39 +84,55 @@ static void snapshot(pd_param **params, int n, const int *stage, int only_stage,
     snapshot_of(params, n, stage, only_stage, flat, save, 0);
 }
 
+static void usage(void)
+{
+    fprintf(stderr, "usage: pipeline_ref PLAN PROFILE MODEL BATCH SIDE STEPS SEED LR [2bw M] [width-mult F]\n");
+    exit(2);
+}
+
 int main(int argc, char **argv)
 {
-    if ((argc != 9 && argc != 11) || (argc == 11 && (strcmp(argv[9], "2bw") != 0 || atoi(argv[10]) < 1))) {
-        fprintf(stderr, "usage: pipeline_ref PLAN PROFILE MODEL BATCH SIDE STEPS SEED LR [2bw M]\n");
-        return 2;
+    int accumulate = 0; /* 2BW's M; 0: stashing */
+    float width_mult = 1.0f;
+
+    if (argc < 9 || argc % 2 == 0)
+        usage();
+    for (int i = 9; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "2bw") == 0 && atoi(argv[i + 1]) >= 1)
+            accumulate = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "width-mult") == 0 && atof(argv[i + 1]) > 0)
+            width_mult = (float)atof(argv[i + 1]);
+        else
+            usage();
     }
     const int batch = atoi(argv[4]), side = atoi(argv[5]), steps = atoi(argv[6]);
-    const int accumulate = argc == 11 ? atoi(argv[10]) : 0; /* 2BW's M; 0: stashing */
-    const uint64_t seed = strtoull(argv[7], NULL, 10);
+    const bool s2vt = strcmp(argv[3], "s2vt") == 0;
     const float lr = (float)atof(argv[8]);
     pd_profile *profile;
     pd_plan *plan;
-    pd_device *dev;
-    pd_loader *loader;
-    pd_loader_info info;
-    pd_graph *g;
-    pd_model_io io;
-    pd_optimizer *opt;
+    pd_trainer *trainer;
+    pd_trainer_parts parts;
 
+    if (s2vt && side != 0)
+        usage();
     if (pd_profile_read_json(argv[2], &profile) || pd_plan_read_json(argv[1], profile, &plan))
         die("plan");
-    pd_loader_options lo = {.kind = "synthetic", .split = "train", .batch = batch, .channels = 1, .height = side,
-                            .width = side, .train = true, .seed = seed};
-    if (pd_device_open("cpu", &dev) || pd_loader_open(&lo, &loader))
-        die("data");
-    pd_loader_get_info(loader, &info);
-    pd_model_options mo = {.batch = batch, .channels = 1, .height = side, .width = side, .classes = info.classes,
-                           .width_multiplier = 1.0f};
-    if (pd_graph_create(dev, seed, &g) || pd_model_build(argv[3], g, &mo, &io) || pd_graph_allocate(g))
+    const pd_trainer_options to = {
+        .model = argv[3],
+        .model_options = {.width_multiplier = width_mult},
+        .train_data = {.kind = s2vt ? "s2vt-synthetic" : "synthetic", .split = "train", .batch = batch,
+                       .channels = s2vt ? 0 : 1, .height = side, .width = side},
+        .steps = steps,
+        .optimizer = PD_OPTIMIZER_SGD,
+        .lr = lr,
+        .momentum = 0.9,
+        .seed = strtoull(argv[7], NULL, 10),
+    };
+    if (pd_trainer_create(&to, &trainer))
         die("model");
-    pd_sgd_desc sgd = {.lr = lr, .momentum = 0.9f};
-    if (pd_optimizer_create_sgd(g, &sgd, &opt))
-        die("optimizer");
+    pd_trainer_get_parts(trainer, &parts);
+    pd_graph *g = parts.g;
+    pd_optimizer *opt = parts.opt;
     pd_param **params;
     int n = pd_graph_params(g, &params);
     int *stage = param_stages(g, plan, profile, params, n);
@@ -117,8 +141,6 @@ int main(int argc, char **argv)
         if (stage[i] >= 0)
             floats += (size_t)pd_tensor_numel(&params[i]->value);
     float *history = malloc(sizeof(float) * floats * (size_t)(steps + 1)); /* weights after k updates */
-    float *images = malloc(sizeof(float) * (size_t)batch * side * side);
-    int32_t *labels = malloc(sizeof(int32_t) * (size_t)batch);
     float *grad_sum = malloc(sizeof(float) * (floats ? floats : 1)); /* 2BW: the batch's gradients */
     float *grad = malloc(sizeof(float) * (floats ? floats : 1));
     snapshot(params, n, stage, -1, history, 1);
@@ -134,12 +156,9 @@ int main(int argc, char **argv)
             int k = b / accumulate;
             snapshot(params, n, stage, -1, history + floats * (size_t)(k > 0 ? k - 1 : 0), 0);
         }
-        if (pd_loader_next(loader, images, labels, &valid) ||
-            pd_tensor_copy_from_host(pd_graph_output(g, io.images), images, sizeof(float) * (size_t)batch * side * side) ||
-            pd_tensor_copy_from_host(pd_graph_output(g, io.labels), labels, sizeof(int32_t) * (size_t)batch) ||
-            pd_graph_forward(g, b, true) ||
-            pd_tensor_copy_to_host(pd_graph_output(g, io.loss), &loss, sizeof(loss)) ||
-            pd_graph_backward(g, b, io.loss, NULL))
+        if (pd_trainer_load(trainer, false, &valid) || pd_graph_forward(g, b, true) ||
+            pd_tensor_copy_to_host(pd_graph_output(g, parts.io.loss), &loss, sizeof(loss)) ||
+            pd_graph_backward(g, b, parts.io.loss, NULL))
             die("step");
         printf("%.9g\n", (double)loss);
         int update = b; /* updates before this one */
@@ -164,14 +183,9 @@ int main(int argc, char **argv)
     }
     free(grad);
     free(grad_sum);
-    free(labels);
-    free(images);
     free(history);
     free(stage);
-    pd_optimizer_destroy(opt);
-    pd_graph_destroy(g);
-    pd_loader_destroy(loader);
-    pd_device_close(dev);
+    pd_trainer_destroy(trainer);
     pd_plan_destroy(plan);
     pd_profile_destroy(profile);
     return 0;
