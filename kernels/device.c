@@ -1,4 +1,4 @@
-/* Opening devices by name over the backends compiled in. */
+/* Opening devices by name over the backends compiled in; precision names. */
 #include "config.h"
 
 #include <stdlib.h>
@@ -33,6 +33,26 @@ int pd_device_backends(const char *const **names)
 {
     *names = backend_names;
     return BACKEND_COUNT;
+}
+
+static const char *const precision_names[] = {"f32", "tf32", "bf16"};
+
+#define PRECISION_COUNT ((int)(sizeof(precision_names) / sizeof(precision_names[0])))
+
+const char *pd_precision_name(pd_precision precision)
+{
+    return (int)precision >= 0 && (int)precision < PRECISION_COUNT ? precision_names[precision] : "unknown";
+}
+
+pd_status pd_precision_parse(const char *name, pd_precision *out)
+{
+    for (int i = 0; name && i < PRECISION_COUNT; i++) {
+        if (strcmp(name, precision_names[i]) == 0) {
+            *out = (pd_precision)i;
+            return PD_OK;
+        }
+    }
+    return PD_ERROR(PD_EINVAL, "unknown precision '%s' (expected f32, tf32 or bf16)", name ? name : "(null)");
 }
 
 static pd_status parse_device_name(const char *name, char *kind, size_t kind_size, int *ordinal)

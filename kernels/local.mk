@@ -4,6 +4,8 @@ kernels_libpd_kernels_la_SOURCES = \
 	kernels/checks.c \
 	kernels/unsupported.c \
 	kernels/device.c \
+	kernels/pd_caching_alloc.h \
+	kernels/caching_alloc.c \
 	kernels/cpu/pd_cpu.h \
 	kernels/cpu/cpu_device.c \
 	kernels/cpu/elementwise.c \

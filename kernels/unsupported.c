@@ -140,6 +140,17 @@ static pd_status adam_update(pd_device *dev, const pd_adam_desc *desc, pd_tensor
 {
     UNSUPPORTED(adam_update);
 }
+static pd_status memory_stats(pd_device *dev, pd_device_memory_stats *out) { UNSUPPORTED(memory_stats); }
+static pd_status host_alloc(pd_device *dev, size_t bytes, void **out) { UNSUPPORTED(host_alloc); }
+static void host_free(pd_device *dev, void *ptr) {} /* host_alloc handed nothing out */
+static pd_status event_create(pd_device *dev, pd_device_event **out) { UNSUPPORTED(event_create); }
+static pd_status event_record(pd_device *dev, pd_device_event *event) { UNSUPPORTED(event_record); }
+static pd_status event_elapsed_ms(pd_device *dev, pd_device_event *start, pd_device_event *stop, double *ms)
+{
+    UNSUPPORTED(event_elapsed_ms);
+}
+static void event_destroy(pd_device *dev, pd_device_event *event) {} /* event_create made none */
+static pd_status set_precision(pd_device *dev, pd_precision precision) { UNSUPPORTED(set_precision); }
 
 #define OVERLAY(entry) table->entry = backend->entry ? backend->entry : entry
 
@@ -177,4 +188,12 @@ void pd_device_ops_overlay(pd_device_ops *table, const pd_device_ops *backend)
     OVERLAY(lstm_cell_backward);
     OVERLAY(sgd_update);
     OVERLAY(adam_update);
+    OVERLAY(memory_stats);
+    OVERLAY(host_alloc);
+    OVERLAY(host_free);
+    OVERLAY(event_create);
+    OVERLAY(event_record);
+    OVERLAY(event_elapsed_ms);
+    OVERLAY(event_destroy);
+    OVERLAY(set_precision);
 }

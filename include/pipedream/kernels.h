@@ -65,6 +65,39 @@ typedef struct pd_adam_desc {
     int64_t step;
 } pd_adam_desc;
 
+/* The arithmetic of a run (`--precision`). Storage stays f32 in each. */
+typedef enum pd_precision {
+    PD_PRECISION_F32 = 0,  /* strict IEEE f32 everywhere: the default */
+    PD_PRECISION_TF32 = 1, /* CUDA only: gemm and convolution inputs rounded to TF32 on tensor cores */
+    PD_PRECISION_BF16 = 2, /* bf16 activations and weights, f32 master weights: not implemented yet */
+} pd_precision;
+
+/* "f32", "tf32", "bf16". */
+const char *pd_precision_name(pd_precision precision);
+
+/* Parses a name of pd_precision_name(); PD_EINVAL naming it otherwise. */
+pd_status pd_precision_parse(const char *name, pd_precision *out);
+
+/* A device's memory as its caching allocator sees it (kernels/pd_caching_alloc.h):
+ * tensors and scratch buffers, in the bytes the allocator hands out (requests
+ * rounded up to its granularity). The raw counts are calls of cudaMalloc /
+ * cudaFree on a GPU and of the host allocator on the CPU; after a warm-up
+ * step, a training step that allocates and frees the same sizes adds none. */
+typedef struct pd_device_memory_stats {
+    uint64_t bytes_in_use;      /* handed out and not yet freed */
+    uint64_t peak_bytes_in_use; /* the most ever in use at once */
+    uint64_t bytes_cached;      /* freed, kept for reuse without a raw allocation */
+    uint64_t allocs, frees;     /* requests served, blocks given back */
+    uint64_t cache_hits;        /* requests served from the cache */
+    uint64_t raw_allocs;        /* raw allocator calls, failed ones included */
+    uint64_t raw_frees;         /* raw frees */
+    uint64_t cache_flushes;     /* times the cache was emptied to retry a failed raw allocation */
+} pd_device_memory_stats;
+
+/* A point in the device's stream, for timing work on the device (a CUDA
+ * event; a monotonic clock reading on the CPU, whose work is synchronous). */
+typedef struct pd_device_event pd_device_event;
+
 typedef struct pd_device_ops {
     /* C[m,n] = alpha * op(A) op(B) + beta * C, row-major, device pointers;
      * op(A) is [m,k] (A stored [k,m] when trans_a), op(B) is [k,n]. */
@@ -172,6 +205,35 @@ typedef struct pd_device_ops {
                             pd_tensor *momentum_buf);
     pd_status (*adam_update)(pd_device *dev, const pd_adam_desc *desc, pd_tensor *w, const pd_tensor *g,
                              pd_tensor *m, pd_tensor *v);
+
+    /* ---- device-level: memory statistics, pinned host memory, events, precision ---- */
+
+    /* The device allocator's statistics (see pd_device_memory_stats). */
+    pd_status (*memory_stats)(pd_device *dev, pd_device_memory_stats *out);
+
+    /* Host memory for data on its way to or from the device (staging of
+     * minibatches): page-locked (cudaHostAlloc) on a GPU, so that copies
+     * run at full bus speed; plain aligned memory on the CPU. Free it with
+     * host_free of the same device, before closing the device; NULL is
+     * ignored. */
+    pd_status (*host_alloc)(pd_device *dev, size_t bytes, void **out);
+    void (*host_free)(pd_device *dev, void *ptr);
+
+    /* Events time work on the device itself: event_record marks the point
+     * after all work queued so far; event_elapsed_ms waits until `stop` is
+     * reached and gives the milliseconds from `start` to `stop` (both
+     * recorded on this device, start first; PD_ESTATE if one never was). On
+     * an idle stream the span includes the host's launch latency between
+     * them. event_destroy ignores NULL. */
+    pd_status (*event_create)(pd_device *dev, pd_device_event **out);
+    pd_status (*event_record)(pd_device *dev, pd_device_event *event);
+    pd_status (*event_elapsed_ms)(pd_device *dev, pd_device_event *start, pd_device_event *stop, double *ms);
+    void (*event_destroy)(pd_device *dev, pd_device_event *event);
+
+    /* Sets the arithmetic of later work (PD_PRECISION_F32 after opening):
+     * PD_ENOTSUP with a message for one the device cannot do (tf32 on the
+     * CPU, bf16 anywhere for now). */
+    pd_status (*set_precision)(pd_device *dev, pd_precision precision);
 } pd_device_ops;
 
 /* Opens a device by name: "cpu", "cuda" or "cuda:N". PD_ENOTSUP if the backend

@@ -114,8 +114,9 @@ typedef struct pd_profile_options {
 /* Measures every node of the allocated graph `g`, whose last node must be a
  * scalar loss: `warmup` whole training steps, then `iterations` times the
  * forward pass of each node in topological order and the backward pass of
- * each in reverse order (pd_graph_run_node), timed one by one with a
- * monotonic clock, the device synchronised before and after each (so on a
+ * each in reverse order (pd_graph_run_node), timed one by one between two
+ * device events (pd_device_ops.event_*: CUDA events on a GPU, the monotonic
+ * clock on the CPU), the device synchronised before and after each (so on a
  * GPU a node's time includes its launch latency); each time kept is the
  * median over the iterations. A whole step (pd_graph_forward +
  * pd_graph_backward) is timed in every iteration too and its median kept as

@@ -11,54 +11,16 @@
 /* Work below this many elements is not worth waking the thread team for. */
 #define BN_PARALLEL_MIN 32768
 
-typedef struct bn_dims {
-    int64_t n, c, spatial; /* x viewed as [n, c, spatial] */
-} bn_dims;
-
-static pd_status bn_check_x(const pd_tensor *x, const char *what, bn_dims *d)
-{
-    PD_CHECK(pd_kernel_expect_f32(x, x ? &x->shape : NULL, what));
-    if (x->shape.ndim < 2)
-        return PD_ERROR(PD_ESHAPE, "%s: expected [N,C] or [N,C,H,W], got rank %d", what, x->shape.ndim);
-    d->n = x->shape.dim[0];
-    d->c = x->shape.dim[1];
-    d->spatial = 1;
-    for (int i = 2; i < x->shape.ndim; i++)
-        d->spatial *= x->shape.dim[i];
-    return PD_OK;
-}
-
-static pd_status bn_check_desc(const pd_batchnorm_desc *desc, const char *what)
-{
-    if (!(desc->eps > 0.0f))
-        return PD_ERROR(PD_EINVAL, "%s: eps must be > 0, got %g", what, (double)desc->eps);
-    if (!(desc->momentum >= 0.0f && desc->momentum <= 1.0f))
-        return PD_ERROR(PD_EINVAL, "%s: momentum must be in [0,1], got %g", what, (double)desc->momentum);
-    return PD_OK;
-}
-
 pd_status pd_cpu_batchnorm_forward_train(pd_device *dev, const pd_batchnorm_desc *desc, const pd_tensor *x,
                                          const pd_tensor *gamma, const pd_tensor *beta, pd_tensor *running_mean,
                                          pd_tensor *running_var, pd_tensor *y, pd_tensor *save_mean,
                                          pd_tensor *save_invstd)
 {
-    bn_dims d;
+    pd_batchnorm_dims d;
 
-    PD_CHECK(bn_check_desc(desc, "batchnorm forward"));
-    PD_CHECK(bn_check_x(x, "batchnorm forward x", &d));
-    pd_shape cs = pd_shape_make(1, d.c);
-    PD_CHECK(pd_kernel_expect_f32(gamma, &cs, "batchnorm forward gamma"));
-    PD_CHECK(pd_kernel_expect_f32(beta, &cs, "batchnorm forward beta"));
-    PD_CHECK(pd_kernel_expect_f32(running_mean, &cs, "batchnorm forward running_mean"));
-    PD_CHECK(pd_kernel_expect_f32(running_var, &cs, "batchnorm forward running_var"));
-    PD_CHECK(pd_kernel_expect_f32(save_mean, &cs, "batchnorm forward save_mean"));
-    PD_CHECK(pd_kernel_expect_f32(save_invstd, &cs, "batchnorm forward save_invstd"));
-    PD_CHECK(pd_kernel_expect_f32(y, &x->shape, "batchnorm forward y"));
-
+    PD_CHECK(pd_kernel_check_batchnorm_train(desc, x, gamma, beta, running_mean, running_var, y, save_mean,
+                                             save_invstd, &d));
     const int64_t count = d.n * d.spatial; /* values per channel */
-    if (count < 2)
-        return PD_ERROR(PD_EINVAL, "batchnorm forward: training needs more than one value per channel, got %lld",
-                        (long long)count);
 
     const float *in = x->data, *g = gamma->data, *b = beta->data;
     float *out = y->data, *rm = running_mean->data, *rv = running_var->data;
@@ -105,16 +67,9 @@ pd_status pd_cpu_batchnorm_forward_eval(pd_device *dev, const pd_batchnorm_desc 
                                         const pd_tensor *gamma, const pd_tensor *beta,
                                         const pd_tensor *running_mean, const pd_tensor *running_var, pd_tensor *y)
 {
-    bn_dims d;
+    pd_batchnorm_dims d;
 
-    PD_CHECK(bn_check_desc(desc, "batchnorm eval"));
-    PD_CHECK(bn_check_x(x, "batchnorm eval x", &d));
-    pd_shape cs = pd_shape_make(1, d.c);
-    PD_CHECK(pd_kernel_expect_f32(gamma, &cs, "batchnorm eval gamma"));
-    PD_CHECK(pd_kernel_expect_f32(beta, &cs, "batchnorm eval beta"));
-    PD_CHECK(pd_kernel_expect_f32(running_mean, &cs, "batchnorm eval running_mean"));
-    PD_CHECK(pd_kernel_expect_f32(running_var, &cs, "batchnorm eval running_var"));
-    PD_CHECK(pd_kernel_expect_f32(y, &x->shape, "batchnorm eval y"));
+    PD_CHECK(pd_kernel_check_batchnorm_eval(desc, x, gamma, beta, running_mean, running_var, y, &d));
 
     const float *in = x->data, *g = gamma->data, *b = beta->data;
     const float *rm = running_mean->data, *rv = running_var->data;
@@ -140,20 +95,9 @@ pd_status pd_cpu_batchnorm_backward(pd_device *dev, const pd_batchnorm_desc *des
                                     const pd_tensor *save_invstd, pd_tensor *dx, pd_tensor *dgamma,
                                     pd_tensor *dbeta)
 {
-    bn_dims d;
+    pd_batchnorm_dims d;
 
-    PD_CHECK(bn_check_x(x, "batchnorm backward x", &d));
-    pd_shape cs = pd_shape_make(1, d.c);
-    PD_CHECK(pd_kernel_expect_f32(dy, &x->shape, "batchnorm backward dy"));
-    PD_CHECK(pd_kernel_expect_f32(gamma, &cs, "batchnorm backward gamma"));
-    PD_CHECK(pd_kernel_expect_f32(save_mean, &cs, "batchnorm backward save_mean"));
-    PD_CHECK(pd_kernel_expect_f32(save_invstd, &cs, "batchnorm backward save_invstd"));
-    if (dx)
-        PD_CHECK(pd_kernel_expect_f32(dx, &x->shape, "batchnorm backward dx"));
-    if (dgamma)
-        PD_CHECK(pd_kernel_expect_f32(dgamma, &cs, "batchnorm backward dgamma"));
-    if (dbeta)
-        PD_CHECK(pd_kernel_expect_f32(dbeta, &cs, "batchnorm backward dbeta"));
+    PD_CHECK(pd_kernel_check_batchnorm_backward(desc, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta, &d));
 
     const float *in = x->data, *grad_out = dy->data, *g = gamma->data;
     const float *sm = save_mean->data, *si = save_invstd->data;

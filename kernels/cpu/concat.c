@@ -13,48 +13,6 @@
 /* Copies below this many bytes in all are not worth waking threads for. */
 #define CONCAT_PARALLEL_BYTES (1 << 20)
 
-/* Checks that the parts fit `whole` along `axis`; `what` names the kernel
- * and `part` the parts ("x", "dx"). */
-static pd_status check_parts(const char *what, const char *part, int axis, int n, const pd_tensor *const *parts,
-                             const pd_tensor *whole)
-{
-    char want[96], got[96];
-    int64_t total = 0;
-
-    if (!whole)
-        return PD_ERROR(PD_EINVAL, "%s: missing concatenated tensor", what);
-    pd_shape_format(&whole->shape, want, sizeof(want));
-    if (n < 1 || !parts)
-        return PD_ERROR(PD_EINVAL, "%s: needs at least one %s, got %d", what, part, parts ? n : 0);
-    if (axis < 0 || axis >= whole->shape.ndim)
-        return PD_ERROR(PD_EINVAL, "%s: axis %d outside [0, %d) of %s", what, axis, whole->shape.ndim, want);
-    if (!pd_tensor_is_contiguous(whole))
-        return PD_ERROR(PD_ESHAPE, "%s: the concatenated tensor %s is not contiguous", what, want);
-    for (int i = 0; i < n; i++) {
-        const pd_tensor *p = parts[i];
-        if (!p)
-            return PD_ERROR(PD_EINVAL, "%s: %s[%d] is missing", what, part, i);
-        pd_shape_format(&p->shape, got, sizeof(got));
-        if (p->dtype != whole->dtype)
-            return PD_ERROR(PD_ESHAPE, "%s: %s[%d] is %s, the concatenated tensor %s", what, part, i,
-                            pd_dtype_name(p->dtype), pd_dtype_name(whole->dtype));
-        if (p->shape.ndim != whole->shape.ndim)
-            return PD_ERROR(PD_ESHAPE, "%s: %s[%d] %s has rank %d, the concatenated tensor %s rank %d", what, part,
-                            i, got, p->shape.ndim, want, whole->shape.ndim);
-        for (int d = 0; d < whole->shape.ndim; d++)
-            if (d != axis && p->shape.dim[d] != whole->shape.dim[d])
-                return PD_ERROR(PD_ESHAPE, "%s: %s[%d] %s differs from the concatenated %s in dimension %d "
-                                "(concatenating along axis %d)", what, part, i, got, want, d, axis);
-        if (!pd_tensor_is_contiguous(p))
-            return PD_ERROR(PD_ESHAPE, "%s: %s[%d] %s is not contiguous", what, part, i, got);
-        total += p->shape.dim[axis];
-    }
-    if (total != whole->shape.dim[axis])
-        return PD_ERROR(PD_ESHAPE, "%s: the %s parts span %lld along axis %d, the concatenated tensor %s has %lld",
-                        what, part, (long long)total, axis, want, (long long)whole->shape.dim[axis]);
-    return PD_OK;
-}
-
 /* Gathers the parts into whole (to_whole) or scatters whole into the parts,
  * skipping parts without data. */
 static void blocked_copy(int axis, int n, const pd_tensor *const *parts, const pd_tensor *whole, bool to_whole)
@@ -92,18 +50,14 @@ static void blocked_copy(int axis, int n, const pd_tensor *const *parts, const p
 
 pd_status pd_cpu_concat_forward(pd_device *dev, int axis, int n, const pd_tensor *const *xs, pd_tensor *y)
 {
-    PD_CHECK(check_parts("concat", "x", axis, n, xs, y));
-    for (int i = 0; i < n; i++)
-        if (!xs[i]->data && pd_tensor_numel(xs[i]) > 0)
-            return PD_ERROR(PD_EINVAL, "concat: x[%d] has no data", i);
+    PD_CHECK(pd_kernel_check_concat_forward(axis, n, xs, y));
     blocked_copy(axis, n, xs, y, true);
     return PD_OK;
 }
 
 pd_status pd_cpu_concat_backward(pd_device *dev, int axis, int n, const pd_tensor *dy, pd_tensor *const *dxs)
 {
-    const pd_tensor *const *parts = (const pd_tensor *const *)dxs;
-    PD_CHECK(check_parts("concat backward", "dx", axis, n, parts, dy));
-    blocked_copy(axis, n, parts, dy, false);
+    PD_CHECK(pd_kernel_check_concat_backward(axis, n, dy, dxs));
+    blocked_copy(axis, n, (const pd_tensor *const *)dxs, dy, false);
     return PD_OK;
 }

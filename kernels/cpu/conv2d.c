@@ -44,55 +44,25 @@ typedef struct conv_geom {
     const pd_conv2d_desc *d;
 } conv_geom;
 
-/* Checks the descriptor, the input-side tensor x (dx in backward_data) and
- * the filter w (dw in backward_filter), and derives the geometry. */
-static pd_status conv_geometry(const char *op, const pd_conv2d_desc *d, const pd_tensor *x, const char *x_name,
-                               const pd_tensor *w, const char *w_name, conv_geom *g)
+/* The geometry of a convolution whose arguments pd_kernel_check_conv2d_*
+ * accepted. */
+static void conv_geometry(const pd_conv2d_desc *d, const pd_conv2d_dims *dims, conv_geom *g)
 {
-    char buf[96];
-
-    if (!d || !x || !w)
-        return PD_ERROR(PD_EINVAL, "%s: missing descriptor or tensor", op);
-    if (d->kernel_h <= 0 || d->kernel_w <= 0 || d->stride_h <= 0 || d->stride_w <= 0 || d->pad_h < 0 ||
-        d->pad_w < 0 || d->dilation_h <= 0 || d->dilation_w <= 0 || d->groups <= 0)
-        return PD_ERROR(PD_EINVAL,
-                        "%s: bad descriptor kernel %dx%d stride %dx%d pad %dx%d dilation %dx%d groups %d "
-                        "(kernel, stride, dilation, groups must be positive, padding non-negative)",
-                        op, d->kernel_h, d->kernel_w, d->stride_h, d->stride_w, d->pad_h, d->pad_w, d->dilation_h,
-                        d->dilation_w, d->groups);
-    PD_CHECK(pd_kernel_expect_f32(x, &x->shape, x_name));
-    PD_CHECK(pd_kernel_expect_f32(w, &w->shape, w_name));
-    if (x->shape.ndim != 4 || x->shape.dim[1] <= 0 || x->shape.dim[2] <= 0 || x->shape.dim[3] <= 0)
-        return PD_ERROR(PD_ESHAPE, "%s: %s must be [N,C,H,W] with C, H, W > 0, got %s", op, x_name,
-                        pd_shape_format(&x->shape, buf, sizeof(buf)));
-    if (w->shape.ndim != 4 || w->shape.dim[0] <= 0)
-        return PD_ERROR(PD_ESHAPE, "%s: %s must be [K,C/groups,R,S] with K > 0, got %s", op, w_name,
-                        pd_shape_format(&w->shape, buf, sizeof(buf)));
-    g->n = x->shape.dim[0];
-    g->c = x->shape.dim[1];
-    g->h = x->shape.dim[2];
-    g->w = x->shape.dim[3];
-    g->k = w->shape.dim[0];
-    if (g->c % d->groups != 0 || g->k % d->groups != 0)
-        return PD_ERROR(PD_ESHAPE, "%s: groups %d must divide input channels %lld and output channels %lld", op,
-                        d->groups, (long long)g->c, (long long)g->k);
+    g->n = dims->n;
+    g->c = dims->c;
+    g->h = dims->h;
+    g->w = dims->w;
+    g->k = dims->k;
+    g->p = dims->p;
+    g->q = dims->q;
     g->cg = g->c / d->groups;
     g->kg = g->k / d->groups;
-    pd_shape want_w = pd_shape_make(4, g->k, g->cg, (int64_t)d->kernel_h, (int64_t)d->kernel_w);
-    PD_CHECK(pd_kernel_expect_f32(w, &want_w, w_name));
-    g->p = pd_window_output_size(g->h, d->kernel_h, d->stride_h, d->pad_h, d->dilation_h, false);
-    g->q = pd_window_output_size(g->w, d->kernel_w, d->stride_w, d->pad_w, d->dilation_w, false);
-    if (g->p <= 0 || g->q <= 0)
-        return PD_ERROR(PD_ESHAPE, "%s: dilated kernel %dx%d (dilation %dx%d) exceeds padded input %lldx%lld", op,
-                        d->kernel_h, d->kernel_w, d->dilation_h, d->dilation_w, (long long)(g->h + 2 * d->pad_h),
-                        (long long)(g->w + 2 * d->pad_w));
     g->crs = g->cg * d->kernel_h * d->kernel_w;
     g->rows = g->c * d->kernel_h * d->kernel_w;
     g->pq = g->p * g->q;
     g->direct = d->kernel_h == 1 && d->kernel_w == 1 && d->stride_h == 1 && d->stride_w == 1 && d->pad_h == 0 &&
                 d->pad_w == 0;
     g->d = d;
-    return PD_OK;
 }
 
 static int thread_index(void)
@@ -528,14 +498,12 @@ static pd_status prepare_products(bool trans_a, bool trans_b, int64_t m, int64_t
 pd_status pd_cpu_conv2d_forward(pd_device *dev, const pd_conv2d_desc *desc, const pd_tensor *x, const pd_tensor *w,
                                 const pd_tensor *bias, pd_tensor *y)
 {
+    pd_conv2d_dims dims;
     conv_geom g;
     float *scratch;
 
-    PD_CHECK(conv_geometry("conv2d forward", desc, x, "conv2d x", w, "conv2d w", &g));
-    pd_shape want_y = pd_shape_make(4, g.n, g.k, g.p, g.q), want_bias = pd_shape_make(1, g.k);
-    PD_CHECK(pd_kernel_expect_f32(y, &want_y, "conv2d forward y"));
-    if (bias)
-        PD_CHECK(pd_kernel_expect_f32(bias, &want_bias, "conv2d forward bias"));
+    PD_CHECK(pd_kernel_check_conv2d_forward(desc, x, w, bias, y, &dims));
+    conv_geometry(desc, &dims, &g);
     const conv_split sp = split_batch(&g, 0);
     if (sp.chunks == 0)
         return PD_OK;
@@ -551,12 +519,12 @@ pd_status pd_cpu_conv2d_forward(pd_device *dev, const pd_conv2d_desc *desc, cons
 pd_status pd_cpu_conv2d_backward_data(pd_device *dev, const pd_conv2d_desc *desc, const pd_tensor *dy,
                                       const pd_tensor *w, pd_tensor *dx)
 {
+    pd_conv2d_dims dims;
     conv_geom g;
     float *scratch;
 
-    PD_CHECK(conv_geometry("conv2d backward data", desc, dx, "conv2d dx", w, "conv2d w", &g));
-    pd_shape want_dy = pd_shape_make(4, g.n, g.k, g.p, g.q);
-    PD_CHECK(pd_kernel_expect_f32(dy, &want_dy, "conv2d backward data dy"));
+    PD_CHECK(pd_kernel_check_conv2d_backward_data(desc, dy, w, dx, &dims));
+    conv_geometry(desc, &dims, &g);
     const conv_split sp = split_batch(&g, 0);
     if (sp.chunks == 0)
         return PD_OK;
@@ -629,14 +597,12 @@ static void backward_filter_threads(const conv_operands *o, float *dw, int64_t d
 pd_status pd_cpu_conv2d_backward_filter(pd_device *dev, const pd_conv2d_desc *desc, const pd_tensor *x,
                                         const pd_tensor *dy, pd_tensor *dw, pd_tensor *dbias)
 {
+    pd_conv2d_dims dims;
     conv_geom g;
     float *scratch;
 
-    PD_CHECK(conv_geometry("conv2d backward filter", desc, x, "conv2d x", dw, "conv2d dw", &g));
-    pd_shape want_dy = pd_shape_make(4, g.n, g.k, g.p, g.q), want_bias = pd_shape_make(1, g.k);
-    PD_CHECK(pd_kernel_expect_f32(dy, &want_dy, "conv2d backward filter dy"));
-    if (dbias)
-        PD_CHECK(pd_kernel_expect_f32(dbias, &want_bias, "conv2d backward filter dbias"));
+    PD_CHECK(pd_kernel_check_conv2d_backward_filter(desc, x, dy, dw, dbias, &dims));
+    conv_geometry(desc, &dims, &g);
     const int64_t dw_floats = pd_tensor_numel(dw);
     const conv_split sp = split_batch(&g, dw_floats);
     float *grad_w = dw->data, *grad_b = dbias ? dbias->data : NULL;

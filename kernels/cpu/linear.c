@@ -6,37 +6,14 @@
 
 #define LINEAR_PARALLEL_MIN 65536
 
-/* Checks x [N,K] and w [M,K] and returns N, K, M. */
-static pd_status linear_dims(const char *op, const pd_tensor *x, const pd_tensor *w, int64_t *n, int64_t *k,
-                             int64_t *m)
-{
-    char buf[96];
-
-    if (!x || !w)
-        return PD_ERROR(PD_EINVAL, "%s: missing x or w", op);
-    PD_CHECK(pd_kernel_expect_f32(x, &x->shape, "linear x"));
-    PD_CHECK(pd_kernel_expect_f32(w, &w->shape, "linear w"));
-    if (x->shape.ndim != 2)
-        return PD_ERROR(PD_ESHAPE, "%s: x must be 2-D [N,K], got %s", op, pd_shape_format(&x->shape, buf, sizeof(buf)));
-    if (w->shape.ndim != 2 || w->shape.dim[1] != x->shape.dim[1])
-        return PD_ERROR(PD_ESHAPE, "%s: w must be [M,%lld] to match x's features, got %s", op,
-                        (long long)x->shape.dim[1], pd_shape_format(&w->shape, buf, sizeof(buf)));
-    *n = x->shape.dim[0];
-    *k = x->shape.dim[1];
-    *m = w->shape.dim[0];
-    return PD_OK;
-}
-
 pd_status pd_cpu_linear_forward(pd_device *dev, const pd_tensor *x, const pd_tensor *w, const pd_tensor *bias,
                                 pd_tensor *y)
 {
-    int64_t n, k, m;
+    pd_linear_dims d;
 
-    PD_CHECK(linear_dims("linear forward", x, w, &n, &k, &m));
-    pd_shape want_y = pd_shape_make(2, n, m), want_bias = pd_shape_make(1, m);
-    PD_CHECK(pd_kernel_expect_f32(y, &want_y, "linear forward y"));
+    PD_CHECK(pd_kernel_check_linear_forward(x, w, bias, y, &d));
+    const int64_t n = d.n, k = d.k, m = d.m;
     if (bias) {
-        PD_CHECK(pd_kernel_expect_f32(bias, &want_bias, "linear forward bias"));
         const float *b = bias->data;
         float *out = y->data;
 
@@ -51,16 +28,10 @@ pd_status pd_cpu_linear_forward(pd_device *dev, const pd_tensor *x, const pd_ten
 pd_status pd_cpu_linear_backward(pd_device *dev, const pd_tensor *x, const pd_tensor *w, const pd_tensor *dy,
                                  pd_tensor *dx, pd_tensor *dw, pd_tensor *dbias)
 {
-    int64_t n, k, m;
+    pd_linear_dims d;
 
-    PD_CHECK(linear_dims("linear backward", x, w, &n, &k, &m));
-    pd_shape want_dy = pd_shape_make(2, n, m), want_bias = pd_shape_make(1, m);
-    PD_CHECK(pd_kernel_expect_f32(dy, &want_dy, "linear backward dy"));
-    PD_CHECK(pd_kernel_expect_f32(dw, &w->shape, "linear backward dw"));
-    if (dx)
-        PD_CHECK(pd_kernel_expect_f32(dx, &x->shape, "linear backward dx"));
-    if (dbias)
-        PD_CHECK(pd_kernel_expect_f32(dbias, &want_bias, "linear backward dbias"));
+    PD_CHECK(pd_kernel_check_linear_backward(x, w, dy, dx, dw, dbias, &d));
+    const int64_t n = d.n, k = d.k, m = d.m;
 
     if (dx) /* dx [N,K] = dy [N,M] w [M,K] */
         PD_CHECK(pd_cpu_gemm(dev, false, false, n, k, m, 1.0f, dy->data, m, w->data, k, 0.0f, dx->data, k));

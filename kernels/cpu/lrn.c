@@ -12,23 +12,6 @@
 
 #define LRN_PARALLEL_MIN 16384
 
-typedef struct lrn_dims {
-    int64_t n, c, spatial;
-} lrn_dims;
-
-static pd_status lrn_check(const pd_lrn_desc *desc, const pd_tensor *x, const char *what, lrn_dims *d)
-{
-    PD_CHECK(pd_kernel_expect_f32(x, x ? &x->shape : NULL, what));
-    if (x->shape.ndim != 4)
-        return PD_ERROR(PD_ESHAPE, "%s: expected [N,C,H,W], got rank %d", what, x->shape.ndim);
-    if (desc->size < 1)
-        return PD_ERROR(PD_EINVAL, "%s: size must be >= 1, got %d", what, desc->size);
-    d->n = x->shape.dim[0];
-    d->c = x->shape.dim[1];
-    d->spatial = x->shape.dim[2] * x->shape.dim[3];
-    return PD_OK;
-}
-
 /* scale^-beta; AlexNet's and GoogLeNet's beta 0.75 (and 0.5) through square
  * roots, which vectorise, instead of powf, which does not. */
 static inline float lrn_pow_neg(float scale, float beta)
@@ -43,7 +26,7 @@ static inline float lrn_pow_neg(float scale, float beta)
 }
 
 /* Writes scale = k + alpha/size * sum_{window(c)} x^2 for plane (n, c) into dst. */
-static void lrn_scale_plane(const pd_lrn_desc *desc, const lrn_dims *d, const float *x_n, int64_t c, float *dst)
+static void lrn_scale_plane(const pd_lrn_desc *desc, const pd_lrn_dims *d, const float *x_n, int64_t c, float *dst)
 {
     const int64_t lo = c - desc->size / 2 < 0 ? 0 : c - desc->size / 2;
     const int64_t hi = c + (desc->size - 1) / 2 >= d->c ? d->c - 1 : c + (desc->size - 1) / 2;
@@ -61,10 +44,9 @@ static void lrn_scale_plane(const pd_lrn_desc *desc, const lrn_dims *d, const fl
 
 pd_status pd_cpu_lrn_forward(pd_device *dev, const pd_lrn_desc *desc, const pd_tensor *x, pd_tensor *y)
 {
-    lrn_dims d;
+    pd_lrn_dims d;
 
-    PD_CHECK(lrn_check(desc, x, "lrn forward x", &d));
-    PD_CHECK(pd_kernel_expect_f32(y, &x->shape, "lrn forward y"));
+    PD_CHECK(pd_kernel_check_lrn_forward(desc, x, y, &d));
     const float *in = x->data;
     float *out = y->data;
     const int64_t planes = d.n * d.c;
@@ -87,13 +69,10 @@ pd_status pd_cpu_lrn_forward(pd_device *dev, const pd_lrn_desc *desc, const pd_t
 pd_status pd_cpu_lrn_backward(pd_device *dev, const pd_lrn_desc *desc, const pd_tensor *x, const pd_tensor *y,
                               const pd_tensor *dy, pd_tensor *dx)
 {
-    lrn_dims d;
+    pd_lrn_dims d;
     float *ratio;
 
-    PD_CHECK(lrn_check(desc, x, "lrn backward x", &d));
-    PD_CHECK(pd_kernel_expect_f32(y, &x->shape, "lrn backward y"));
-    PD_CHECK(pd_kernel_expect_f32(dy, &x->shape, "lrn backward dy"));
-    PD_CHECK(pd_kernel_expect_f32(dx, &x->shape, "lrn backward dx"));
+    PD_CHECK(pd_kernel_check_lrn_backward(desc, x, y, dy, dx, &d));
     PD_CHECK(pd_cpu_scratch(dev, (size_t)pd_tensor_numel(x) * sizeof(float), &ratio));
 
     const float *in = x->data, *out = y->data, *grad_out = dy->data;

@@ -12,33 +12,13 @@
 
 static inline float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-/* Checks c_prev [N,H] and gates-shaped [N,4H] tensors; sets n and hidden. */
-static pd_status check_cell(const char *what, const pd_tensor *c_prev, const pd_tensor *gates_like,
-                            const char *gates_name, int64_t *n, int64_t *hidden)
-{
-    char got[96];
-
-    if (!c_prev)
-        return PD_ERROR(PD_EINVAL, "%s: missing c_prev", what);
-    if (c_prev->shape.ndim != 2)
-        return PD_ERROR(PD_ESHAPE, "%s: c_prev must be [N,H], got %s", what,
-                        pd_shape_format(&c_prev->shape, got, sizeof(got)));
-    *n = c_prev->shape.dim[0];
-    *hidden = c_prev->shape.dim[1];
-    pd_shape gshape = pd_shape_make(2, *n, 4 * *hidden);
-    return pd_kernel_expect_f32(gates_like, &gshape, gates_name);
-}
-
 pd_status pd_cpu_lstm_cell_forward(pd_device *dev, const pd_tensor *gates, const pd_tensor *c_prev, pd_tensor *act,
                                    pd_tensor *c, pd_tensor *h)
 {
-    int64_t n, hid;
+    pd_lstm_cell_dims d;
 
-    PD_CHECK(check_cell("lstm cell", c_prev, gates, "lstm cell gates", &n, &hid));
-    PD_CHECK(pd_kernel_expect_f32(c_prev, &c_prev->shape, "lstm cell c_prev"));
-    PD_CHECK(pd_kernel_expect_f32(act, &gates->shape, "lstm cell act"));
-    PD_CHECK(pd_kernel_expect_f32(c, &c_prev->shape, "lstm cell c"));
-    PD_CHECK(pd_kernel_expect_f32(h, &c_prev->shape, "lstm cell h"));
+    PD_CHECK(pd_kernel_check_lstm_cell_forward(gates, c_prev, act, c, h, &d));
+    const int64_t n = d.n, hid = d.hidden;
 
     const float *pre = gates->data, *cp = c_prev->data;
     float *a = act->data, *cell = c->data, *hidden = h->data;
@@ -68,16 +48,10 @@ pd_status pd_cpu_lstm_cell_backward(pd_device *dev, const pd_tensor *act, const 
                                     const pd_tensor *c, const pd_tensor *dh, const pd_tensor *dc,
                                     pd_tensor *dgates, pd_tensor *dc_prev)
 {
-    int64_t n, hid;
+    pd_lstm_cell_dims d;
 
-    PD_CHECK(check_cell("lstm cell backward", c_prev, act, "lstm cell backward act", &n, &hid));
-    PD_CHECK(pd_kernel_expect_f32(c_prev, &c_prev->shape, "lstm cell backward c_prev"));
-    PD_CHECK(pd_kernel_expect_f32(c, &c_prev->shape, "lstm cell backward c"));
-    PD_CHECK(pd_kernel_expect_f32(dh, &c_prev->shape, "lstm cell backward dh"));
-    if (dc)
-        PD_CHECK(pd_kernel_expect_f32(dc, &c_prev->shape, "lstm cell backward dc"));
-    PD_CHECK(pd_kernel_expect_f32(dgates, &act->shape, "lstm cell backward dgates"));
-    PD_CHECK(pd_kernel_expect_f32(dc_prev, &c_prev->shape, "lstm cell backward dc_prev"));
+    PD_CHECK(pd_kernel_check_lstm_cell_backward(act, c_prev, c, dh, dc, dgates, dc_prev, &d));
+    const int64_t n = d.n, hid = d.hidden;
 
     const float *a = act->data, *cp = c_prev->data, *cell = c->data, *gh = dh->data;
     const float *gc = dc ? dc->data : NULL;

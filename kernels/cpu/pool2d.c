@@ -29,35 +29,11 @@ typedef struct pool_window {
     int64_t divisor;
 } pool_window;
 
-static pd_status pool_geometry(const char *op, const pd_pool2d_desc *d, const pd_tensor *x, const char *x_name,
-                               pool_geom *g)
+/* The geometry of a pooling whose arguments pd_kernel_check_pool2d_*
+ * accepted. */
+static pool_geom pool_geometry(const pd_pool2d_desc *d, const pd_pool2d_dims *dims)
 {
-    char buf[96];
-
-    if (!d || !x)
-        return PD_ERROR(PD_EINVAL, "%s: missing descriptor or tensor", op);
-    if (d->mode != PD_POOL_MAX && d->mode != PD_POOL_AVG)
-        return PD_ERROR(PD_EINVAL, "%s: unknown pooling mode %d", op, (int)d->mode);
-    if (d->kernel_h <= 0 || d->kernel_w <= 0 || d->stride_h <= 0 || d->stride_w <= 0 || d->pad_h < 0 ||
-        d->pad_w < 0 || d->pad_h > d->kernel_h / 2 || d->pad_w > d->kernel_w / 2)
-        return PD_ERROR(PD_EINVAL,
-                        "%s: bad descriptor kernel %dx%d stride %dx%d pad %dx%d (kernel and stride must be "
-                        "positive, padding between 0 and half the kernel)",
-                        op, d->kernel_h, d->kernel_w, d->stride_h, d->stride_w, d->pad_h, d->pad_w);
-    PD_CHECK(pd_kernel_expect_f32(x, &x->shape, x_name));
-    if (x->shape.ndim != 4 || x->shape.dim[1] <= 0 || x->shape.dim[2] <= 0 || x->shape.dim[3] <= 0)
-        return PD_ERROR(PD_ESHAPE, "%s: %s must be [N,C,H,W] with C, H, W > 0, got %s", op, x_name,
-                        pd_shape_format(&x->shape, buf, sizeof(buf)));
-    g->planes = x->shape.dim[0] * x->shape.dim[1];
-    g->h = x->shape.dim[2];
-    g->w = x->shape.dim[3];
-    g->p = pd_window_output_size(g->h, d->kernel_h, d->stride_h, d->pad_h, 1, d->ceil_mode);
-    g->q = pd_window_output_size(g->w, d->kernel_w, d->stride_w, d->pad_w, 1, d->ceil_mode);
-    if (g->p <= 0 || g->q <= 0)
-        return PD_ERROR(PD_ESHAPE, "%s: kernel %dx%d exceeds padded input %lldx%lld", op, d->kernel_h, d->kernel_w,
-                        (long long)(g->h + 2 * d->pad_h), (long long)(g->w + 2 * d->pad_w));
-    g->d = d;
-    return PD_OK;
+    return (pool_geom){.planes = dims->n * dims->c, .h = dims->h, .w = dims->w, .p = dims->p, .q = dims->q, .d = d};
 }
 
 static pool_window window_at(const pool_geom *g, int64_t p, int64_t q)
@@ -228,11 +204,10 @@ static void pool_plane_backward(const pool_geom *g, const float *plane, const fl
 
 pd_status pd_cpu_pool2d_forward(pd_device *dev, const pd_pool2d_desc *desc, const pd_tensor *x, pd_tensor *y)
 {
-    pool_geom g;
+    pd_pool2d_dims dims;
 
-    PD_CHECK(pool_geometry("pool2d forward", desc, x, "pool2d x", &g));
-    pd_shape want_y = pd_shape_make(4, x->shape.dim[0], x->shape.dim[1], g.p, g.q);
-    PD_CHECK(pd_kernel_expect_f32(y, &want_y, "pool2d forward y"));
+    PD_CHECK(pd_kernel_check_pool2d_forward(desc, x, y, &dims));
+    const pool_geom g = pool_geometry(desc, &dims);
 
     const float *in = x->data;
     float *out = y->data;
@@ -245,13 +220,10 @@ pd_status pd_cpu_pool2d_forward(pd_device *dev, const pd_pool2d_desc *desc, cons
 pd_status pd_cpu_pool2d_backward(pd_device *dev, const pd_pool2d_desc *desc, const pd_tensor *x, const pd_tensor *y,
                                  const pd_tensor *dy, pd_tensor *dx)
 {
-    pool_geom g;
+    pd_pool2d_dims dims;
 
-    PD_CHECK(pool_geometry("pool2d backward", desc, x, "pool2d x", &g));
-    pd_shape want_y = pd_shape_make(4, x->shape.dim[0], x->shape.dim[1], g.p, g.q);
-    PD_CHECK(pd_kernel_expect_f32(y, &want_y, "pool2d backward y"));
-    PD_CHECK(pd_kernel_expect_f32(dy, &want_y, "pool2d backward dy"));
-    PD_CHECK(pd_kernel_expect_f32(dx, &x->shape, "pool2d backward dx"));
+    PD_CHECK(pd_kernel_check_pool2d_backward(desc, x, y, dy, dx, &dims));
+    const pool_geom g = pool_geometry(desc, &dims);
 
     const float *in = x->data, *grad_out = dy->data;
     float *grad_in = dx->data;

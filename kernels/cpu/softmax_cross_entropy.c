@@ -9,40 +9,28 @@
 
 #define SCE_PARALLEL_MIN 16384
 
-/* Checks logits-like [N,C] f32 and labels [N] i32 with every label in [0,C). */
-static pd_status sce_check(const pd_tensor *scores, const pd_tensor *labels, const char *what_scores,
-                           const char *what_labels)
+/* The labels' range, on the host: PD_EINVAL naming the first one outside [0,C). */
+static pd_status check_labels(const pd_tensor *labels, const pd_sce_dims *d, const char *what_labels)
 {
-    PD_CHECK(pd_kernel_expect_f32(scores, scores ? &scores->shape : NULL, what_scores));
-    if (scores->shape.ndim != 2)
-        return PD_ERROR(PD_ESHAPE, "%s: expected [N,C], got rank %d", what_scores, scores->shape.ndim);
-    if (!labels)
-        return PD_ERROR(PD_EINVAL, "%s: missing tensor", what_labels);
-    pd_shape ls = pd_shape_make(1, scores->shape.dim[0]);
-    PD_CHECK(pd_tensor_expect(labels, PD_I32, &ls, what_labels));
+    int64_t row = pd_kernel_first_outside(labels->data, d->n, d->classes);
 
-    const int32_t *lab = labels->data;
-    const int64_t n = scores->shape.dim[0], c = scores->shape.dim[1];
-    for (int64_t i = 0; i < n; i++)
-        if (lab[i] < 0 || lab[i] >= c)
-            return PD_ERROR(PD_EINVAL, "%s: label of row %lld is %d, outside [0,%lld)", what_labels, (long long)i,
-                            (int)lab[i], (long long)c);
+    if (row < d->n)
+        return pd_kernel_label_outside(what_labels, row, ((const int32_t *)labels->data)[row], d->classes);
     return PD_OK;
 }
 
 pd_status pd_cpu_softmax_cross_entropy_forward(pd_device *dev, const pd_tensor *logits, const pd_tensor *labels,
                                                pd_tensor *probs, pd_tensor *loss)
 {
-    pd_shape one = pd_shape_make(1, (int64_t)1);
+    pd_sce_dims d;
 
-    PD_CHECK(sce_check(logits, labels, "softmax_cross_entropy forward logits", "softmax_cross_entropy forward labels"));
-    PD_CHECK(pd_kernel_expect_f32(probs, &logits->shape, "softmax_cross_entropy forward probs"));
-    PD_CHECK(pd_kernel_expect_f32(loss, &one, "softmax_cross_entropy forward loss"));
+    PD_CHECK(pd_kernel_check_sce_forward(logits, labels, probs, loss, &d));
+    PD_CHECK(check_labels(labels, &d, PD_SCE_FORWARD_LABELS));
 
     const float *x = logits->data;
     const int32_t *lab = labels->data;
     float *prob = probs->data;
-    const int64_t n = logits->shape.dim[0], c = logits->shape.dim[1];
+    const int64_t n = d.n, c = d.classes;
     double total = 0.0;
 
 #pragma omp parallel for reduction(+ : total) schedule(static) if (n * c > SCE_PARALLEL_MIN)
@@ -70,14 +58,15 @@ pd_status pd_cpu_softmax_cross_entropy_forward(pd_device *dev, const pd_tensor *
 pd_status pd_cpu_softmax_cross_entropy_backward(pd_device *dev, const pd_tensor *probs, const pd_tensor *labels,
                                                 float dloss, pd_tensor *dlogits)
 {
-    PD_CHECK(sce_check(probs, labels, "softmax_cross_entropy backward probs",
-                       "softmax_cross_entropy backward labels"));
-    PD_CHECK(pd_kernel_expect_f32(dlogits, &probs->shape, "softmax_cross_entropy backward dlogits"));
+    pd_sce_dims d;
+
+    PD_CHECK(pd_kernel_check_sce_backward(probs, labels, dlogits, &d));
+    PD_CHECK(check_labels(labels, &d, PD_SCE_BACKWARD_LABELS));
 
     const float *prob = probs->data;
     const int32_t *lab = labels->data;
     float *grad = dlogits->data;
-    const int64_t n = probs->shape.dim[0], c = probs->shape.dim[1];
+    const int64_t n = d.n, c = d.classes;
     if (n == 0)
         return PD_OK;
     const float k = dloss / (float)n;

@@ -1,8 +1,9 @@
-/* The CUDA backend: opening a GPU (stream, cuBLAS handle), its memory, the
- * scratch buffer and the entry table. Each entry validates its arguments
- * with the checks every backend shares, then queues its work on the
- * device's stream: cuBLAS for gemm, elementwise.cu and optimizer.cu for the
- * rest. */
+/* The CUDA backend: opening a GPU (stream, cuBLAS handle), its memory (a
+ * caching allocator over cudaMalloc, pinned host memory), the scratch
+ * buffer, events, precision and the entry table. Each entry validates its
+ * arguments with the checks every backend shares, then queues its work on
+ * the device's stream: cuBLAS for gemm, elementwise.cu and optimizer.cu for
+ * the rest. */
 #include "config.h"
 
 #include <limits.h>
@@ -12,10 +13,15 @@
 #include <pipedream/log.h>
 
 #include "kernels/cuda/pd_cuda.h"
+#include "kernels/cuda/pd_cuda_nn.h"
+#include "kernels/pd_caching_alloc.h"
 #include "kernels/pd_kernels_int.h"
 
-/* cudaMalloc hands out at least this much, so a 0-byte tensor has an address. */
-#define CUDA_MIN_ALLOC 256
+/* A CUDA event of the device's stream. */
+struct pd_device_event {
+    cudaEvent_t event;
+    bool recorded;
+};
 
 pd_status pd_cuda_enter(pd_device *dev, pd_cuda_state **out)
 {
@@ -31,44 +37,69 @@ pd_status pd_cuda_enter(pd_device *dev, pd_cuda_state **out)
     return PD_OK;
 }
 
-/* cudaMalloc with a message naming the device and the size. */
-static pd_status device_malloc(const pd_device *dev, size_t bytes, const char *what, void **out)
+/* A failed allocation of `bytes` of `what` as a status naming the device:
+ * PD_ENOMEM when the memory is exhausted (the cache then retries). */
+static pd_status allocation_failure(const pd_device *dev, cudaError_t err, size_t bytes, const char *what)
+{
+    (void)cudaGetLastError();
+    return PD_ERROR(err == cudaErrorMemoryAllocation ? PD_ENOMEM : PD_EDEVICE,
+                    "%s: cannot allocate %zu bytes of %s: %s", dev->name, bytes, what, cudaGetErrorString(err));
+}
+
+/* The caching allocator's raw allocator: cudaMalloc on the current device
+ * (the callers entered it). */
+static pd_status raw_alloc(void *ctx, size_t bytes, void **out)
 {
     void *p = NULL;
     cudaError_t err = cudaMalloc(&p, bytes);
 
-    if (err != cudaSuccess) {
-        (void)cudaGetLastError();
-        return PD_ERROR(err == cudaErrorMemoryAllocation ? PD_ENOMEM : PD_EDEVICE,
-                        "%s: cannot allocate %zu bytes of device memory for %s: %s", dev->name, bytes, what,
-                        cudaGetErrorString(err));
-    }
+    if (err != cudaSuccess)
+        return allocation_failure(ctx, err, bytes, "device memory");
     *out = p;
     return PD_OK;
 }
+
+static void raw_free(void *ctx, void *ptr)
+{
+    const pd_device *dev = ctx;
+    cudaError_t err = cudaFree(ptr);
+
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError();
+        PD_LOG_WARNF("%s: cudaFree failed: %s", dev->name, cudaGetErrorString(err));
+    }
+}
+
+/* Before cached blocks go back to cudaMalloc's pool: queued work may use them. */
+static pd_status raw_synchronize(void *ctx)
+{
+    pd_cuda_state *st = ((pd_device *)ctx)->backend;
+
+    PD_CUDA_CHECK(cudaStreamSynchronize(st->launch.stream));
+    return PD_OK;
+}
+
+static const pd_caching_alloc_ops cuda_raw_ops = {
+    .alloc = raw_alloc,
+    .free = raw_free,
+    .synchronize = raw_synchronize,
+};
 
 static pd_status cuda_alloc(pd_device *dev, size_t bytes, void **out)
 {
     pd_cuda_state *st;
 
     PD_CHECK(pd_cuda_enter(dev, &st));
-    return device_malloc(dev, bytes > CUDA_MIN_ALLOC ? bytes : CUDA_MIN_ALLOC, "a tensor", out);
+    return pd_caching_alloc_get(st->memory, bytes, out);
 }
 
+/* Back to the cache at once: later work on the stream runs after the
+ * owner's, so nothing waits here. */
 static void cuda_free(pd_device *dev, void *ptr)
 {
-    pd_cuda_state *st;
-    cudaError_t err;
+    pd_cuda_state *st = dev->backend;
 
-    if (!ptr)
-        return;
-    if (pd_cuda_enter(dev, &st) != PD_OK)
-        PD_LOG_WARNF("%s", pd_last_error());
-    err = cudaFree(ptr);
-    if (err != cudaSuccess) {
-        (void)cudaGetLastError();
-        PD_LOG_WARNF("%s: cudaFree failed: %s", dev->name, cudaGetErrorString(err));
-    }
+    pd_caching_alloc_put(st->memory, ptr);
 }
 
 static pd_status cuda_copy(pd_device *dev, void *dst, const void *src, size_t bytes, pd_copy_kind kind)
@@ -128,15 +159,127 @@ pd_status pd_cuda_scratch(pd_device *dev, size_t bytes, void **out)
 
     PD_CHECK(pd_cuda_enter(dev, &st));
     if (bytes > st->scratch_bytes) {
-        /* Kernels queued earlier may still read the old buffer. */
-        PD_CUDA_CHECK(cudaStreamSynchronize(st->launch.stream));
-        PD_CUDA_CHECK(cudaFree(st->scratch));
+        /* The old contents are not kept: its block may serve this request,
+         * or be given back if memory runs short. */
+        pd_caching_alloc_put(st->memory, st->scratch);
         st->scratch = NULL;
         st->scratch_bytes = 0;
-        PD_CHECK(device_malloc(dev, bytes, "scratch", &st->scratch));
+        PD_CHECK(pd_caching_alloc_get(st->memory, bytes, &st->scratch));
         st->scratch_bytes = bytes;
     }
     *out = st->scratch;
+    return PD_OK;
+}
+
+static pd_status cuda_memory_stats(pd_device *dev, pd_device_memory_stats *out)
+{
+    pd_cuda_state *st = dev->backend;
+
+    pd_caching_alloc_stats(st->memory, out);
+    return PD_OK;
+}
+
+/* Page-locked and portable (pinned for every device of the process). */
+static pd_status cuda_host_alloc(pd_device *dev, size_t bytes, void **out)
+{
+    pd_cuda_state *st;
+    void *p = NULL;
+    cudaError_t err;
+
+    PD_CHECK(pd_cuda_enter(dev, &st));
+    err = cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocPortable);
+    if (err != cudaSuccess)
+        return allocation_failure(dev, err, bytes, "pinned host memory");
+    *out = p;
+    return PD_OK;
+}
+
+static void cuda_host_free(pd_device *dev, void *ptr)
+{
+    cudaError_t err;
+
+    if (!ptr)
+        return;
+    err = cudaFreeHost(ptr);
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError();
+        PD_LOG_WARNF("%s: cudaFreeHost failed: %s", dev->name, cudaGetErrorString(err));
+    }
+}
+
+static pd_status cuda_event_create(pd_device *dev, pd_device_event **out)
+{
+    pd_cuda_state *st;
+    pd_device_event *ev;
+    pd_status s = PD_OK;
+
+    PD_CHECK(pd_cuda_enter(dev, &st));
+    if (!(ev = calloc(1, sizeof(*ev))))
+        return PD_ERROR(PD_ENOMEM, "%s: out of host memory for an event", dev->name);
+    /* Timing enabled (the default flags); a spinning wait keeps the
+     * profiler's synchronisation short. */
+    PD_CUDA_CHECK_GOTO(cudaEventCreateWithFlags(&ev->event, cudaEventDefault), s, free_event);
+    *out = ev;
+    return PD_OK;
+free_event:
+    free(ev);
+    return s;
+}
+
+static pd_status cuda_event_record(pd_device *dev, pd_device_event *event)
+{
+    pd_cuda_state *st;
+
+    PD_CHECK(pd_cuda_enter(dev, &st));
+    PD_CUDA_CHECK(cudaEventRecord(event->event, st->launch.stream));
+    event->recorded = true;
+    return PD_OK;
+}
+
+static pd_status cuda_event_elapsed_ms(pd_device *dev, pd_device_event *start, pd_device_event *stop, double *ms)
+{
+    pd_cuda_state *st;
+    float elapsed = 0.0f;
+
+    if (!start->recorded || !stop->recorded)
+        return PD_ERROR(PD_ESTATE, "%s: elapsed time asked of an event never recorded", dev->name);
+    PD_CHECK(pd_cuda_enter(dev, &st));
+    /* Recorded in stream order, start first: once stop completed, so did start. */
+    PD_CUDA_CHECK(cudaEventSynchronize(stop->event));
+    PD_CUDA_CHECK(cudaEventElapsedTime(&elapsed, start->event, stop->event));
+    *ms = (double)elapsed;
+    return PD_OK;
+}
+
+static void cuda_event_destroy(pd_device *dev, pd_device_event *event)
+{
+    pd_cuda_state *st;
+
+    if (!event)
+        return;
+    if (pd_cuda_enter(dev, &st) != PD_OK)
+        PD_LOG_WARNF("%s", pd_last_error());
+    (void)cudaEventDestroy(event->event);
+    (void)cudaGetLastError();
+    free(event);
+}
+
+static pd_status cuda_set_precision(pd_device *dev, pd_precision precision)
+{
+    pd_cuda_state *st;
+
+    if (precision == PD_PRECISION_BF16)
+        return PD_ERROR(PD_ENOTSUP, "%s: bf16 mixed precision is not implemented yet", dev->name);
+    if (precision != PD_PRECISION_F32 && precision != PD_PRECISION_TF32)
+        return PD_ERROR(PD_EINVAL, "%s: unknown precision %d", dev->name, (int)precision);
+    PD_CHECK(pd_cuda_enter(dev, &st));
+#ifdef HAVE_CUBLAS
+    /* The default mode keeps Sgemm in strict FP32; TF32 rounds its inputs
+     * to 10-bit mantissas on the tensor cores, accumulating in FP32. */
+    PD_CUBLAS_CHECK(cublasSetMathMode(st->cublas, precision == PD_PRECISION_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                                                  : CUBLAS_DEFAULT_MATH));
+#endif
+    st->allow_tf32 = precision == PD_PRECISION_TF32;
     return PD_OK;
 }
 
@@ -171,29 +314,44 @@ static pd_status cuda_open(int ordinal, pd_device *dev)
     if (st->launch.max_blocks < 1)
         st->launch.max_blocks = 1;
     PD_CUDA_CHECK_GOTO(cudaStreamCreateWithFlags(&st->launch.stream, cudaStreamNonBlocking), s, free_state);
+    /* dev->backend is read by the allocator's synchronize callback. */
+    dev->backend = st;
+    snprintf(dev->name, sizeof(dev->name), "cuda:%d", ordinal);
+    PD_CHECK_GOTO(pd_caching_alloc_create(dev->name, &cuda_raw_ops, dev, SIZE_MAX, &st->memory), s,
+                  destroy_stream);
 #ifdef HAVE_CUBLAS
     /* The default math mode keeps Sgemm in strict FP32 (no TF32), so results
      * differ from the CPU's only by the order of additions. */
-    PD_CUBLAS_CHECK_GOTO(cublasCreate(&st->cublas), s, destroy_stream);
+    PD_CUBLAS_CHECK_GOTO(cublasCreate(&st->cublas), s, destroy_memory);
     PD_CUBLAS_CHECK_GOTO(cublasSetStream(st->cublas, st->launch.stream), s, destroy_cublas);
+#endif
+#ifdef HAVE_CUDNN
+    /* Convolutions and batch norm, on the same stream (pd_cuda_nn.h). */
+    PD_CHECK_GOTO(pd_cudnn_open(dev->name, st), s, undo_libraries);
 #endif
 
     dev->kind = PD_DEVICE_CUDA;
     dev->ordinal = ordinal;
-    snprintf(dev->name, sizeof(dev->name), "cuda:%d", ordinal);
     dev->mem = &cuda_mem_ops;
-    dev->backend = st;
     PD_LOG_DEBUGF("%s: %d multiprocessors, grid-stride kernels use up to %d blocks", dev->name, sms,
                   st->launch.max_blocks);
     return PD_OK;
 
+#ifdef HAVE_CUDNN
+undo_libraries:
+#endif
 #ifdef HAVE_CUBLAS
 destroy_cublas:
     cublasDestroy(st->cublas);
+destroy_memory:
+#endif
+#if defined(HAVE_CUBLAS) || defined(HAVE_CUDNN)
+    pd_caching_alloc_destroy(st->memory);
+#endif
 destroy_stream:
     cudaStreamDestroy(st->launch.stream);
-#endif
 free_state:
+    dev->backend = NULL;
     free(st);
     return s;
 }
@@ -207,14 +365,18 @@ static void cuda_close(pd_device *dev)
         PD_LOG_WARNF("%s", pd_last_error());
         st = dev->backend;
     }
-    /* Queued kernels may still use the scratch buffer. */
+    /* Queued kernels may still use the scratch buffer and other blocks. */
     err = cudaStreamSynchronize(st->launch.stream);
     if (err != cudaSuccess)
         PD_LOG_WARNF("%s: closing with a failed stream: %s", dev->name, cudaGetErrorString(err));
+#ifdef HAVE_CUDNN
+    pd_cudnn_close(st);
+#endif
 #ifdef HAVE_CUBLAS
     cublasDestroy(st->cublas);
 #endif
-    cudaFree(st->scratch);
+    pd_caching_alloc_put(st->memory, st->scratch);
+    pd_caching_alloc_destroy(st->memory); /* cudaFree of every block */
     cudaStreamDestroy(st->launch.stream);
     (void)cudaGetLastError();
     free(st);
@@ -417,6 +579,41 @@ static const pd_device_ops cuda_ops = {
     .dropout_backward = cuda_dropout_backward,
     .sgd_update = cuda_sgd_update,
     .adam_update = cuda_adam_update,
+    /* layer entries in our own kernels (cuBLAS for linear's products) */
+#ifdef HAVE_CUBLAS
+    .linear_forward = pd_cuda_linear_forward,
+    .linear_backward = pd_cuda_linear_backward,
+#endif
+    .softmax_cross_entropy_forward = pd_cuda_softmax_cross_entropy_forward,
+    .softmax_cross_entropy_backward = pd_cuda_softmax_cross_entropy_backward,
+    .concat_forward = pd_cuda_concat_forward,
+    .concat_backward = pd_cuda_concat_backward,
+    .embedding_forward = pd_cuda_embedding_forward,
+    .embedding_backward = pd_cuda_embedding_backward,
+    .lstm_cell_forward = pd_cuda_lstm_cell_forward,
+    .lstm_cell_backward = pd_cuda_lstm_cell_backward,
+    /* pooling and LRN in our kernels; convolution and batch norm on cuDNN */
+    .pool2d_forward = pd_cuda_pool2d_forward,
+    .pool2d_backward = pd_cuda_pool2d_backward,
+    .lrn_forward = pd_cuda_lrn_forward,
+    .lrn_backward = pd_cuda_lrn_backward,
+#ifdef HAVE_CUDNN
+    .conv2d_forward = pd_cuda_conv2d_forward,
+    .conv2d_backward_data = pd_cuda_conv2d_backward_data,
+    .conv2d_backward_filter = pd_cuda_conv2d_backward_filter,
+    .batchnorm_forward_train = pd_cuda_batchnorm_forward_train,
+    .batchnorm_forward_eval = pd_cuda_batchnorm_forward_eval,
+    .batchnorm_backward = pd_cuda_batchnorm_backward,
+#endif
+    /* memory statistics, pinned host memory, events, precision */
+    .memory_stats = cuda_memory_stats,
+    .host_alloc = cuda_host_alloc,
+    .host_free = cuda_host_free,
+    .event_create = cuda_event_create,
+    .event_record = cuda_event_record,
+    .event_elapsed_ms = cuda_event_elapsed_ms,
+    .event_destroy = cuda_event_destroy,
+    .set_precision = cuda_set_precision,
 };
 
 const pd_backend pd_backend_cuda = {

@@ -2,7 +2,8 @@
  * CUDA and cuBLAS failures into a pd_status with a message and file:line, and
  * the kernel launchers the .cu files implement. Included by the C host code
  * (gcc) and the .cu files (nvcc) alike, so it stays plain C. Every includer
- * includes "config.h" first: the state's layout depends on HAVE_CUBLAS. */
+ * includes "config.h" first: the state's layout depends on HAVE_CUBLAS and
+ * HAVE_CUDNN. */
 #ifndef PD_CUDA_H
 #define PD_CUDA_H
 
@@ -16,6 +17,9 @@
 #include <cuda_runtime_api.h>
 #ifdef HAVE_CUBLAS
 #include <cublas_v2.h>
+#endif
+#ifdef HAVE_CUDNN
+#include <cudnn.h>
 #endif
 
 #include <pipedream/kernels.h>
@@ -40,16 +44,29 @@ typedef struct pd_cuda_launch {
     int max_blocks;
 } pd_cuda_launch;
 
+struct pd_caching_alloc;
+
 /* The state behind pd_device.backend for a CUDA device. Everything runs on
- * one non-blocking stream; the scratch buffer grows and is never shrunk. */
+ * one non-blocking stream; the scratch buffer grows and is never shrunk.
+ * Device memory comes from a caching allocator (kernels/pd_caching_alloc.h),
+ * whose blocks are safe to reuse in stream order. */
 typedef struct pd_cuda_state {
     int ordinal;
     pd_cuda_launch launch;
 #ifdef HAVE_CUBLAS
     cublasHandle_t cublas; /* bound to launch.stream */
 #endif
+    struct pd_caching_alloc *memory; /* tensors and scratch */
     void *scratch;
     size_t scratch_bytes;
+    /* --precision tf32 (set_precision): cuBLAS in CUBLAS_TF32_TENSOR_OP_MATH,
+     * and convolutions may pick TF32 tensor-core math; false: strict f32. */
+    bool allow_tf32;
+#ifdef HAVE_CUDNN
+    cudnnHandle_t cudnn;                   /* bound to launch.stream (cudnn_util.c) */
+    size_t cudnn_workspace_limit;          /* bytes a convolution algorithm may use */
+    struct pd_cudnn_conv_plan *conv_plans; /* descriptors and algorithms per shape (conv.c) */
+#endif
 } pd_cuda_state;
 
 /* Makes the device current on the calling thread and returns its state
@@ -58,7 +75,8 @@ pd_status pd_cuda_enter(pd_device *dev, pd_cuda_state **out);
 
 /* Returns device scratch memory of at least `bytes` (256-byte aligned), owned
  * by the device and reused by every kernel, so no kernel may hold it across
- * another's call. Growing waits for the stream before freeing the old one. */
+ * another's call. Growing returns the old block to the device's cache, where
+ * only work queued later on the stream can get it: no wait. */
 pd_status pd_cuda_scratch(pd_device *dev, size_t bytes, void **out);
 
 /* Records "<call> failed: <CUDA's message> (<error name>)" at file:line:
@@ -181,6 +199,69 @@ pd_status pd_cuda_launch_sgd(const pd_cuda_launch *launch, const pd_sgd_desc *de
 /* One torch.optim.Adam / AdamW step in place (desc validated, step >= 1). */
 pd_status pd_cuda_launch_adam(const pd_cuda_launch *launch, const pd_adam_desc *desc, float *w, const float *g,
                               float *m, float *v, int64_t n);
+
+/* ---- layer entries in our own kernels: linear.c (cuBLAS through the gemm
+ * entry) and bias.cu, loss.cu, concat.cu, embedding.cu, lstm_cell.cu ----
+ * Each computes the function of the CPU entry of the same name
+ * (kernels/cpu/), checks its arguments with the shared pd_kernel_check_*
+ * and pd_cuda_expect_on_gpu, and queues its work on the device's stream.
+ * Reductions add in a fixed order (no floating-point atomics), so a result
+ * depends only on the input and its shape, never on the GPU or the run. */
+
+/* PD_EINVAL naming "<entry> <names[i]>" for the first of the n tensors that
+ * belongs to another device than a GPU (a host pointer would fault the
+ * stream); NULL entries and views without a device pass. */
+static inline pd_status pd_cuda_expect_on_gpu(const char *entry, int n, const pd_tensor *const *tensors,
+                                              const char *const *names)
+{
+    for (int i = 0; i < n; i++)
+        if (tensors[i] && tensors[i]->device && tensors[i]->device->kind != PD_DEVICE_CUDA)
+            return pd_error_at(__FILE__, __LINE__, PD_EINVAL, "%s %s: tensor is on %s, not on a CUDA device", entry,
+                               names[i], tensors[i]->device->name);
+    return PD_OK;
+}
+
+pd_status pd_cuda_linear_forward(pd_device *dev, const pd_tensor *x, const pd_tensor *w, const pd_tensor *bias,
+                                 pd_tensor *y);
+pd_status pd_cuda_linear_backward(pd_device *dev, const pd_tensor *x, const pd_tensor *w, const pd_tensor *dy,
+                                  pd_tensor *dx, pd_tensor *dw, pd_tensor *dbias);
+pd_status pd_cuda_softmax_cross_entropy_forward(pd_device *dev, const pd_tensor *logits, const pd_tensor *labels,
+                                                pd_tensor *probs, pd_tensor *loss);
+pd_status pd_cuda_softmax_cross_entropy_backward(pd_device *dev, const pd_tensor *probs, const pd_tensor *labels,
+                                                 float dloss, pd_tensor *dlogits);
+pd_status pd_cuda_concat_forward(pd_device *dev, int axis, int n, const pd_tensor *const *xs, pd_tensor *y);
+pd_status pd_cuda_concat_backward(pd_device *dev, int axis, int n, const pd_tensor *dy, pd_tensor *const *dxs);
+pd_status pd_cuda_embedding_forward(pd_device *dev, const pd_tensor *ids, const pd_tensor *table, pd_tensor *y);
+pd_status pd_cuda_embedding_backward(pd_device *dev, const pd_tensor *ids, const pd_tensor *dy, pd_tensor *dtable);
+pd_status pd_cuda_lstm_cell_forward(pd_device *dev, const pd_tensor *gates, const pd_tensor *c_prev, pd_tensor *act,
+                                    pd_tensor *c, pd_tensor *h);
+pd_status pd_cuda_lstm_cell_backward(pd_device *dev, const pd_tensor *act, const pd_tensor *c_prev,
+                                     const pd_tensor *c, const pd_tensor *dh, const pd_tensor *dc,
+                                     pd_tensor *dgates, pd_tensor *dc_prev);
+
+/* bias.cu: y[i, j] += bias[j] over a rows x cols matrix, rounded as the
+ * CPU's gemm with beta = 1 onto the bias (product first, then the bias). */
+pd_status pd_cuda_launch_bias_add(const pd_cuda_launch *launch, float *y, const float *bias, int64_t rows,
+                                  int64_t cols);
+/* Bytes of scratch pd_cuda_launch_column_sum needs for rows x cols (0 when
+ * one pass suffices). */
+size_t pd_cuda_column_sum_scratch(int64_t rows, int64_t cols);
+/* out[j] = sum over i of x[i, j] (a bias gradient), added in double and
+ * rounded once, in a fixed order: chunks of rows (their number a function
+ * of `rows` only) summed per column, then the chunks in order. */
+pd_status pd_cuda_launch_column_sum(const pd_cuda_launch *launch, const float *x, int64_t rows, int64_t cols,
+                                    double *partials, float *out);
+
+/* Scratch bytes that pd_cuda_first_outside keeps for itself. */
+#define PD_CUDA_INDEX_SCRATCH 256
+
+/* index_check.cu: *first = the smallest position p < n with ids[p] (device
+ * memory) outside [0, limit), *value = ids[p]; *first = n if there is none.
+ * Reserves the device's scratch for PD_CUDA_INDEX_SCRATCH + extra bytes
+ * and returns it in *scratch: the caller's part starts at
+ * PD_CUDA_INDEX_SCRATCH. Synchronous: waits for the stream. */
+pd_status pd_cuda_first_outside(pd_device *dev, const int32_t *ids, int64_t n, int64_t limit, size_t extra,
+                                void **scratch, int64_t *first, int32_t *value);
 
 #ifdef __cplusplus
 }

@@ -1,16 +1,19 @@
 /* Measuring a profile on a device: every node's forward and backward pass
  * timed on its own, in the order of a real training step, many times; the
- * medians are kept. Times come from the monotonic clock with the device
- * synchronised before and after each node (CUDA events would hide the
- * launch latency that a synchronising clock includes; they belong to the
- * CUDA backend). */
+ * medians are kept. Times come from the device's events (pd_device_ops
+ * event_*: CUDA events on a GPU, the monotonic clock on the CPU) recorded
+ * around each node, with the device synchronised after each, so that every
+ * node starts on an idle stream and is timed alone. On an idle stream the
+ * span between the events includes the gaps in which the GPU waits for the
+ * host to launch the node's kernels (launch latency), as a host clock
+ * around a synchronisation would, but not the host's wake-up from that
+ * synchronisation, which a host clock adds to every node. */
 #include "config.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <pipedream/log.h>
 #include <pipedream/profile.h>
@@ -22,12 +25,42 @@
  * synchronisation per node, and caches differ a little. */
 #define STEP_SUM_FACTOR 1.5
 
-static double now_ms(void)
-{
-    struct timespec ts;
+/* A pair of device events timing one span at a time. */
+typedef struct span_timer {
+    pd_device *dev;
+    pd_device_event *start, *stop;
+} span_timer;
 
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
+static void span_timer_destroy(span_timer *t)
+{
+    if (!t->dev)
+        return;
+    t->dev->ops->event_destroy(t->dev, t->start);
+    t->dev->ops->event_destroy(t->dev, t->stop);
+    *t = (span_timer){0};
+}
+
+static pd_status span_timer_create(pd_device *dev, span_timer *t)
+{
+    pd_status s;
+
+    *t = (span_timer){.dev = dev};
+    PD_CHECK_GOTO(dev->ops->event_create(dev, &t->start), s, fail);
+    PD_CHECK_GOTO(dev->ops->event_create(dev, &t->stop), s, fail);
+    return PD_OK;
+fail:
+    span_timer_destroy(t);
+    return s;
+}
+
+static pd_status span_timer_start(span_timer *t) { return t->dev->ops->event_record(t->dev, t->start); }
+
+/* Ends the span, waits for the device and gives its milliseconds. */
+static pd_status span_timer_stop(span_timer *t, double *ms)
+{
+    PD_CHECK(t->dev->ops->event_record(t->dev, t->stop));
+    PD_CHECK(t->dev->mem->synchronize(t->dev));
+    return t->dev->ops->event_elapsed_ms(t->dev, t->start, t->stop, ms);
 }
 
 static int compare_double(const void *a, const void *b)
@@ -172,42 +205,34 @@ static pd_status whole_step(pd_graph *g, int64_t minibatch)
 }
 
 /* Times one node's forward or backward pass (the device is idle before). */
-static pd_status time_node(pd_graph *g, pd_device *dev, int k, int64_t minibatch, bool backward, double *ms)
+static pd_status time_node(pd_graph *g, span_timer *t, int k, int64_t minibatch, bool backward, double *ms)
 {
-    double t0 = now_ms();
-
+    PD_CHECK(span_timer_start(t));
     PD_CHECK(pd_graph_run_node(g, k, minibatch, backward));
-    PD_CHECK(dev->mem->synchronize(dev));
-    *ms = now_ms() - t0;
-    return PD_OK;
+    return span_timer_stop(t, ms);
 }
 
 /* Iteration `it`: the data (if fed), a whole step, then each node forward
  * in order and backward in reverse order, each timed on its own. */
-static pd_status measure_iteration(pd_graph *g, const pd_profile_options *opts, int64_t minibatch, int it,
-                                   samples *s)
+static pd_status measure_iteration(pd_graph *g, const pd_profile_options *opts, span_timer *t, int64_t minibatch,
+                                   int it, samples *s)
 {
-    pd_device *dev = pd_graph_output(g, 0)->device;
     const int n = s->nodes;
-    double t0;
 
+    PD_CHECK(t->dev->mem->synchronize(t->dev));
     if (opts->feed) {
-        PD_CHECK(dev->mem->synchronize(dev));
-        t0 = now_ms();
+        PD_CHECK(span_timer_start(t));
         PD_CHECK(opts->feed(opts->feed_ctx, g));
-        PD_CHECK(dev->mem->synchronize(dev));
-        s->load[it] = now_ms() - t0;
+        PD_CHECK(span_timer_stop(t, &s->load[it]));
     }
-    PD_CHECK(dev->mem->synchronize(dev));
-    t0 = now_ms();
+    PD_CHECK(span_timer_start(t));
     PD_CHECK(whole_step(g, minibatch));
-    PD_CHECK(dev->mem->synchronize(dev));
-    s->step[it] = now_ms() - t0;
+    PD_CHECK(span_timer_stop(t, &s->step[it]));
 
     for (int k = 0; k < n; k++)
-        PD_CHECK(time_node(g, dev, k, minibatch, false, &s->fwd[(size_t)k * (size_t)s->iterations + (size_t)it]));
+        PD_CHECK(time_node(g, t, k, minibatch, false, &s->fwd[(size_t)k * (size_t)s->iterations + (size_t)it]));
     for (int k = n - 1; k >= 0; k--)
-        PD_CHECK(time_node(g, dev, k, minibatch, true, &s->bwd[(size_t)k * (size_t)s->iterations + (size_t)it]));
+        PD_CHECK(time_node(g, t, k, minibatch, true, &s->bwd[(size_t)k * (size_t)s->iterations + (size_t)it]));
     return PD_OK;
 }
 
@@ -277,6 +302,7 @@ static pd_status check_graph(pd_graph *g, const char *model, const pd_profile_op
 pd_status pd_profile_measure_graph(pd_graph *g, const char *model, const pd_profile_options *opts, pd_profile **out)
 {
     samples s = {0};
+    span_timer t = {0};
     pd_profile *p = NULL;
     char note[512];
     pd_status st = PD_OK;
@@ -291,8 +317,9 @@ pd_status pd_profile_measure_graph(pd_graph *g, const char *model, const pd_prof
     for (int w = 0; w < opts->warmup; w++)
         PD_CHECK(whole_step(g, w));
     PD_CHECK(samples_alloc(&s, pd_graph_size(g), opts->iterations));
+    PD_CHECK_GOTO(span_timer_create(dev, &t), st, release);
     for (int it = 0; it < opts->iterations; it++)
-        PD_CHECK_GOTO(measure_iteration(g, opts, (int64_t)opts->warmup + it, it, &s), st, release);
+        PD_CHECK_GOTO(measure_iteration(g, opts, &t, (int64_t)opts->warmup + it, it, &s), st, release);
 
     if (opts->feed)
         snprintf(note, sizeof(note), "%s: median time to produce one minibatch into the input nodes, as the first "
@@ -323,6 +350,7 @@ pd_status pd_profile_measure_graph(pd_graph *g, const char *model, const pd_prof
     p = NULL;
 release:
     pd_profile_destroy(p);
+    span_timer_destroy(&t);
     samples_free(&s);
     return st;
 }

@@ -2,7 +2,9 @@
  * entries, dropout and the optimizer steps must agree bit for bit (both
  * round every operation alike), dtype conversion bit for bit with the host's
  * pd_dtype_convert, sum and gemm within float rounding of an independent
- * double reference; plus argument errors and memory operations. Sizes cover
+ * double reference; plus argument errors, memory operations (no cudaMalloc
+ * after a warm-up step, pinned staging memory), event timing and the
+ * precision setting. Sizes cover
  * the float4 path, its scalar tail and unaligned views (the scalar path).
  * Plain TAP (no cmocka: the GPU machines may lack it); skips without a CUDA
  * device. PD_TEST_DEVICE names another device to check against the CPU
@@ -406,8 +408,13 @@ static void check_adam(pd_adam_desc desc, const char *what, int offset)
     free(w);
 }
 
+/* gemm's relative tolerance: f32 by default, TF32's (inputs rounded to 10
+ * mantissa bits) in check_precision. */
+static double gemm_tolerance = 1e-5;
+
 /* Row-major C = alpha op(A) op(B) + beta C with padded leading dimensions,
- * against a double reference: |error| <= 1e-5 (|alpha| |A||B| + |beta C|). */
+ * against a double reference: |error| <= gemm_tolerance (|alpha| |A||B| +
+ * |beta C|). */
 static void check_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, float beta)
 {
     const int64_t lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 2, ldc = n + 1;
@@ -445,7 +452,7 @@ static void check_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float 
                 want += (double)beta * c[i * ldc + j];
                 scale += fabs((double)beta * c[i * ldc + j]);
             }
-            if (!(fabs(got[i * ldc + j] - want) <= 1e-5 * scale + 1e-30)) {
+            if (!(fabs(got[i * ldc + j] - want) <= gemm_tolerance * scale + 1e-30)) {
                 printf("# C[%lld,%lld] = %.9g, reference %.9g\n", (long long)i, (long long)j,
                        (double)got[i * ldc + j], want);
                 good = false;
@@ -521,6 +528,523 @@ static void check_memory(void)
     pd_tensor_destroy(y);
 }
 
+/* Allocations of one "step": each block filled with `value` by a kernel
+ * queued on the stream, read back, and freed while later work may reuse it. */
+static bool allocation_step(const int64_t *sizes, int n, float value)
+{
+    pd_tensor *t[8];
+    bool good = true;
+
+    for (int i = 0; i < n; i++) {
+        pd_shape shape = pd_shape_make(1, sizes[i]);
+        MUST(pd_tensor_create(dut, PD_F32, &shape, &t[i]));
+        MUST(dut->ops->fill(dut, t[i], value + (float)i));
+    }
+    for (int i = 0; i < n; i++) {
+        float *h = to_host(t[i]);
+        for (int64_t j = 0; j < sizes[i] && good; j++)
+            good = h[j] == value + (float)i;
+        free(h);
+        pd_tensor_destroy(t[i]);
+    }
+    return good;
+}
+
+/* After a warm-up step, the same allocations come from the cache: no raw
+ * allocation (cudaMalloc), and blocks reused in stream order hold what the
+ * new owner wrote. */
+static void check_caching(void)
+{
+    const int64_t sizes[] = {1, 1000, 4099, 1 << 20, (1 << 22) + 5, 1000};
+    const int n = (int)(sizeof(sizes) / sizeof(sizes[0]));
+    pd_device_memory_stats before, after;
+    bool good = allocation_step(sizes, n, 1.0f);
+
+    MUST(dut->ops->memory_stats(dut, &before));
+    for (int step = 0; step < 10; step++)
+        good = allocation_step(sizes, n, 10.0f * (float)(step + 2)) && good;
+    MUST(dut->ops->memory_stats(dut, &after));
+    ok(good, "reused blocks hold what their new owner wrote");
+    ok(after.raw_allocs == before.raw_allocs,
+       "no raw allocation after a warm-up step (%llu before, %llu after; %llu bytes cached, peak %llu in use)",
+       (unsigned long long)before.raw_allocs, (unsigned long long)after.raw_allocs,
+       (unsigned long long)after.bytes_cached, (unsigned long long)after.peak_bytes_in_use);
+    ok(after.cache_hits - before.cache_hits >= 10u * (unsigned)n && after.bytes_in_use == before.bytes_in_use,
+       "every allocation of the 10 steps was a cache hit (%llu), nothing left in use",
+       (unsigned long long)(after.cache_hits - before.cache_hits));
+}
+
+/* LeNet training steps (forward, backward, SGD) on the device: after the
+ * first, no raw allocation (cudaMalloc) and no allocation request at all. */
+static void check_training_steps(void)
+{
+    const pd_model_options mo = {.batch = 8, .channels = 1, .height = 28, .width = 28, .classes = 10,
+                                 .width_multiplier = 1.0f};
+    const pd_sgd_desc sgd = {.lr = 0.01f, .momentum = 0.9f};
+    pd_device_memory_stats warm = {0}, after;
+    pd_optimizer *opt = NULL;
+    pd_graph *g = NULL;
+    pd_model_io io;
+    pd_status s;
+
+    MUST(pd_graph_create(dut, 1, &g));
+    MUST(pd_model_build("lenet", g, &mo, &io));
+    MUST(pd_graph_allocate(g));
+    MUST(pd_optimizer_create_sgd(g, &sgd, &opt));
+    MUST(pd_tensor_zero(pd_graph_output(g, io.images)));
+    MUST(pd_tensor_zero(pd_graph_output(g, io.labels)));
+    for (int step = 0; step < 4; step++) {
+        if ((s = pd_graph_forward(g, step, true)) != PD_OK ||
+            (s = pd_graph_backward(g, step, io.loss, NULL)) != PD_OK || (s = pd_optimizer_step(opt)) != PD_OK)
+            break;
+        if (step == 0)
+            MUST(dut->ops->memory_stats(dut, &warm));
+    }
+    if (s == PD_ENOTSUP) {
+        printf("ok %d - lenet training steps # SKIP %s\n", ++cases, pd_last_error());
+    } else {
+        MUST(dut->ops->memory_stats(dut, &after));
+        ok(s == PD_OK && after.raw_allocs == warm.raw_allocs && after.allocs == warm.allocs,
+           "lenet training steps after a warm-up step: %llu raw allocations before, %llu after (%llu bytes in use)",
+           (unsigned long long)warm.raw_allocs, (unsigned long long)after.raw_allocs,
+           (unsigned long long)after.bytes_in_use);
+    }
+    pd_optimizer_destroy(opt);
+    pd_graph_destroy(g);
+}
+
+/* Events around a kernel give a positive time; an unrecorded one is refused. */
+static void check_events(void)
+{
+    pd_shape shape = pd_shape_make(1, (int64_t)1 << 24);
+    pd_device_event *start, *stop;
+    pd_tensor *t;
+    double ms = -1.0;
+    pd_status s;
+
+    MUST(pd_tensor_create(dut, PD_F32, &shape, &t));
+    MUST(dut->ops->event_create(dut, &start));
+    MUST(dut->ops->event_create(dut, &stop));
+    s = dut->ops->event_elapsed_ms(dut, start, stop, &ms);
+    ok(s == PD_ESTATE, "elapsed time of unrecorded events is refused: %s", pd_last_error());
+    MUST(dut->mem->synchronize(dut));
+    MUST(dut->ops->event_record(dut, start));
+    for (int i = 0; i < 4; i++)
+        MUST(dut->ops->fill(dut, t, (float)i));
+    MUST(dut->ops->event_record(dut, stop));
+    s = dut->ops->event_elapsed_ms(dut, start, stop, &ms);
+    ok(s == PD_OK && ms > 0.0 && ms < 60e3, "event timer: 4 fills of 64 MiB took %.4f ms", ms);
+    dut->ops->event_destroy(dut, start);
+    dut->ops->event_destroy(dut, stop);
+    dut->ops->event_destroy(dut, NULL);
+    pd_tensor_destroy(t);
+}
+
+/* Host staging memory (pinned on a GPU) round-trips through the device. */
+static void check_host_memory(void)
+{
+    const int64_t n = (1 << 20) + 7;
+    pd_shape shape = pd_shape_make(1, n);
+    float *in = NULL, *out = NULL;
+    pd_tensor *t;
+    bool same = true;
+
+    MUST(dut->ops->host_alloc(dut, (size_t)n * sizeof(float), (void **)&in));
+    MUST(dut->ops->host_alloc(dut, (size_t)n * sizeof(float), (void **)&out));
+    for (int64_t i = 0; i < n; i++)
+        in[i] = (float)i * 0.5f;
+    MUST(pd_tensor_create(dut, PD_F32, &shape, &t));
+    MUST(pd_tensor_copy_from_host(t, in, (size_t)n * sizeof(float)));
+    MUST(pd_tensor_copy_to_host(t, out, (size_t)n * sizeof(float)));
+    for (int64_t i = 0; i < n && same; i++)
+        same = out[i] == in[i];
+    ok(same, "host staging memory round-trips %lld floats", (long long)n);
+    pd_tensor_destroy(t);
+    dut->ops->host_free(dut, in);
+    dut->ops->host_free(dut, out);
+    dut->ops->host_free(dut, NULL);
+}
+
+/* --precision: tf32 on a GPU (gemm within TF32's rounding), refused on the
+ * CPU; bf16 refused everywhere for now; f32 restores strict results. */
+static void check_precision(void)
+{
+    pd_status s = dut->ops->set_precision(dut, PD_PRECISION_BF16);
+
+    ok(s == PD_ENOTSUP, "bf16 is refused: %s", pd_last_error());
+    s = dut->ops->set_precision(dut, PD_PRECISION_TF32);
+    if (!dut_is_cuda) {
+        ok(s == PD_ENOTSUP && strstr(pd_last_error(), "CUDA"), "tf32 needs a CUDA device: %s", pd_last_error());
+        return;
+    }
+    ok(s == PD_OK, "tf32 math mode set");
+    gemm_tolerance = 4e-3;
+    check_gemm(false, false, 64, 96, 128, 1.0f, 0.0f);
+    check_gemm(true, true, 33, 17, 29, 0.75f, 0.5f);
+    gemm_tolerance = 1e-5;
+    ok(dut->ops->set_precision(dut, PD_PRECISION_F32) == PD_OK, "back to strict f32");
+    check_gemm(false, false, 64, 96, 128, 1.0f, 0.0f);
+}
+
+/* ---- layer entries in the device's own kernels, against the CPU's ---- */
+
+static void destroy_tensors(pd_tensor **tensors, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        pd_tensor_destroy(tensors[i]);
+}
+
+/* Destroys the tensors listed. */
+#define DESTROY(...) \
+    destroy_tensors((pd_tensor *[]){__VA_ARGS__}, sizeof((pd_tensor *[]){__VA_ARGS__}) / sizeof(pd_tensor *))
+
+/* A tensor of `shape` on dev, filled from host data if given. */
+static pd_tensor *tensor_of(pd_device *dev, pd_dtype dtype, pd_shape shape, const void *host)
+{
+    pd_tensor *t;
+
+    MUST(pd_tensor_create(dev, dtype, &shape, &t));
+    if (host && pd_tensor_nbytes(t) > 0)
+        MUST(pd_tensor_copy_from_host(t, host, pd_tensor_nbytes(t)));
+    return t;
+}
+
+/* A device copy of a CPU tensor. */
+static pd_tensor *device_copy(const pd_tensor *t)
+{
+    void *h = to_host(t);
+    pd_tensor *d = tensor_of(dut, t->dtype, t->shape, h);
+
+    free(h);
+    return d;
+}
+
+/* True if |got - want| <= rel |want| + abs element by element (f32); prints
+ * the first element that is not. */
+static bool close_to(const pd_tensor *want, const pd_tensor *got, double rel, double abs_tol)
+{
+    int64_t n = pd_tensor_numel(want);
+    float *a = to_host(want), *b = to_host(got);
+    bool good = n == pd_tensor_numel(got);
+
+    for (int64_t i = 0; good && i < n; i++) {
+        if (!(fabs((double)a[i] - (double)b[i]) <= rel * fabs((double)a[i]) + abs_tol)) {
+            printf("# element %lld: cpu %.9g, device %.9g\n", (long long)i, (double)a[i], (double)b[i]);
+            good = false;
+        }
+    }
+    free(a);
+    free(b);
+    return good;
+}
+
+static int32_t *random_ids(int64_t n, int limit)
+{
+    int32_t *v = malloc((size_t)(n > 0 ? n : 1) * sizeof(*v));
+
+    for (int64_t i = 0; i < n; i++) {
+        v[i] = (int32_t)uniform(0.0f, (float)limit);
+        if (v[i] >= limit)
+            v[i] = limit - 1;
+    }
+    return v;
+}
+
+/* Linear forward and backward: products within gemm's rounding of the
+ * CPU's, the bias gradient (a column sum in double) the same to a float
+ * rounding and bit for bit the same on a second run; the entries with dx
+ * and dbias left out. */
+static void check_linear(int64_t n, int64_t k, int64_t m)
+{
+    float *hx = random_floats(n * k, -1.0f, 1.0f), *hw = random_floats(m * k, -1.0f, 1.0f);
+    float *hb = random_floats(m, -1.0f, 1.0f), *hdy = random_floats(n * m, -1.0f, 1.0f);
+    pd_shape sx = pd_shape_make(2, n, k), sw = pd_shape_make(2, m, k), sb = pd_shape_make(1, m),
+             sy = pd_shape_make(2, n, m);
+    pd_tensor *cx = tensor_of(cpu, PD_F32, sx, hx), *cw = tensor_of(cpu, PD_F32, sw, hw);
+    pd_tensor *cb = tensor_of(cpu, PD_F32, sb, hb), *cdy = tensor_of(cpu, PD_F32, sy, hdy);
+    pd_tensor *gx = tensor_of(dut, PD_F32, sx, hx), *gw = tensor_of(dut, PD_F32, sw, hw);
+    pd_tensor *gb = tensor_of(dut, PD_F32, sb, hb), *gdy = tensor_of(dut, PD_F32, sy, hdy);
+    pd_tensor *cy = tensor_of(cpu, PD_F32, sy, NULL), *gy = tensor_of(dut, PD_F32, sy, NULL);
+    pd_tensor *cdx = tensor_of(cpu, PD_F32, sx, NULL), *gdx = tensor_of(dut, PD_F32, sx, NULL);
+    pd_tensor *cdw = tensor_of(cpu, PD_F32, sw, NULL), *gdw = tensor_of(dut, PD_F32, sw, NULL);
+    pd_tensor *cdb = tensor_of(cpu, PD_F32, sb, NULL), *gdb = tensor_of(dut, PD_F32, sb, NULL);
+    pd_tensor *gdb2 = tensor_of(dut, PD_F32, sb, NULL);
+    pd_status sc, sg;
+
+    sc = cpu->ops->linear_forward(cpu, cx, cw, cb, cy);
+    sg = dut->ops->linear_forward(dut, gx, gw, gb, gy);
+    ok(sc == PD_OK && sg == PD_OK && close_to(cy, gy, 1e-5, 1e-6 * (double)k), "linear forward [%lld,%lld] -> %lld",
+       (long long)n, (long long)k, (long long)m);
+    sc = cpu->ops->linear_forward(cpu, cx, cw, NULL, cy);
+    sg = dut->ops->linear_forward(dut, gx, gw, NULL, gy);
+    ok(sc == PD_OK && sg == PD_OK && close_to(cy, gy, 1e-5, 1e-6 * (double)k),
+       "linear forward without bias [%lld,%lld] -> %lld", (long long)n, (long long)k, (long long)m);
+    sc = cpu->ops->linear_backward(cpu, cx, cw, cdy, cdx, cdw, cdb);
+    sg = dut->ops->linear_backward(dut, gx, gw, gdy, gdx, gdw, gdb);
+    ok(sc == PD_OK && sg == PD_OK && close_to(cdx, gdx, 1e-5, 1e-6 * (double)m) &&
+           close_to(cdw, gdw, 1e-5, 1e-6 * (double)n) && close_to(cdb, gdb, 1e-6, 1e-6),
+       "linear backward [%lld,%lld] -> %lld: dx, dw, dbias", (long long)n, (long long)k, (long long)m);
+    sg = dut->ops->linear_backward(dut, gx, gw, gdy, NULL, gdw, gdb2);
+    ok(sg == PD_OK && same_bits(gdb, gdb2) && close_to(cdw, gdw, 1e-5, 1e-6 * (double)n),
+       "linear backward without dx: dbias repeats bit for bit");
+    sg = dut->ops->linear_backward(dut, gx, gw, gdy, gdx, gdw, NULL);
+    ok(sg == PD_OK && close_to(cdx, gdx, 1e-5, 1e-6 * (double)m), "linear backward without dbias");
+
+    DESTROY(cx, cw, cb, cdy, gx, gw, gb, gdy, cy, gy, cdx, gdx, cdw, gdw, cdb, gdb, gdb2);
+    free(hx);
+    free(hw);
+    free(hb);
+    free(hdy);
+}
+
+/* Softmax cross-entropy: probs and loss within a few ulp of the CPU's (the
+ * exponentials differ), the loss repeatable bit for bit; the backward pass
+ * from the same probs bit for bit the CPU's; a label out of
+ * range refused with its row before anything is written. Row 0 has logits
+ * near 1e4: the maximum must be subtracted. */
+static void check_softmax_cross_entropy(int64_t n, int64_t c)
+{
+    float *hx = random_floats(n * c, -8.0f, 8.0f), *nan = malloc((size_t)(n * c > 0 ? n * c : 1) * sizeof(float));
+    int32_t *hl = random_ids(n, (int)c);
+    pd_shape sx = pd_shape_make(2, n, c), sl = pd_shape_make(1, n), one = pd_shape_make(1, (int64_t)1);
+    float loss[2] = {0.0f, 0.0f};
+    pd_status sc, sg;
+
+    for (int64_t j = 0; j < c && n > 0; j++)
+        hx[j] += 1e4f;
+    for (int64_t i = 0; i < n * c; i++)
+        nan[i] = NAN;
+    pd_tensor *cx = tensor_of(cpu, PD_F32, sx, hx), *gx = tensor_of(dut, PD_F32, sx, hx);
+    pd_tensor *cl = tensor_of(cpu, PD_I32, sl, hl), *gl = tensor_of(dut, PD_I32, sl, hl);
+    pd_tensor *cp = tensor_of(cpu, PD_F32, sx, NULL), *gp = tensor_of(dut, PD_F32, sx, NULL);
+    pd_tensor *closs = tensor_of(cpu, PD_F32, one, NULL), *gloss = tensor_of(dut, PD_F32, one, NULL);
+    pd_tensor *gloss2 = tensor_of(dut, PD_F32, one, NULL);
+    pd_tensor *cg = tensor_of(cpu, PD_F32, sx, NULL), *gg = tensor_of(dut, PD_F32, sx, NULL);
+
+    sc = cpu->ops->softmax_cross_entropy_forward(cpu, cx, cl, cp, closs);
+    sg = dut->ops->softmax_cross_entropy_forward(dut, gx, gl, gp, gloss);
+    bool same = sc == PD_OK && sg == PD_OK && close_to(cp, gp, 1e-5, 1e-7) && close_to(closs, gloss, 1e-6, 1e-7);
+    sg = dut->ops->softmax_cross_entropy_forward(dut, gx, gl, gp, gloss2);
+    MUST(pd_tensor_copy_to_host(gloss, &loss[0], sizeof(float)));
+    MUST(pd_tensor_copy_to_host(gloss2, &loss[1], sizeof(float)));
+    ok(same && sg == PD_OK && memcmp(&loss[0], &loss[1], sizeof(float)) == 0,
+       "softmax_cross_entropy forward [%lld,%lld]: loss %.7g, repeatable", (long long)n, (long long)c,
+       (double)loss[0]);
+
+    pd_tensor *gp_cpu = device_copy(cp); /* the same probs on both sides */
+    sc = cpu->ops->softmax_cross_entropy_backward(cpu, cp, cl, 0.7f, cg);
+    sg = dut->ops->softmax_cross_entropy_backward(dut, gp_cpu, gl, 0.7f, gg);
+    ok(sc == PD_OK && sg == PD_OK && same_bits(cg, gg), "softmax_cross_entropy backward [%lld,%lld]", (long long)n,
+       (long long)c);
+
+    if (n > 0) {
+        hl[n - 1] = (int32_t)c;
+        MUST(pd_tensor_copy_from_host(gl, hl, (size_t)n * sizeof(int32_t)));
+        MUST(pd_tensor_copy_from_host(gp, nan, (size_t)(n * c) * sizeof(float)));
+        pd_error_clear();
+        sg = dut->ops->softmax_cross_entropy_forward(dut, gx, gl, gp, gloss);
+        char row[64];
+        snprintf(row, sizeof(row), "row %lld is %lld", (long long)(n - 1), (long long)c);
+        float *probs = to_host(gp);
+        ok(sg == PD_EINVAL && strstr(pd_last_error(), row) && isnan(probs[0]),
+           "softmax_cross_entropy label %lld of %lld classes refused, nothing written: %s", (long long)c,
+           (long long)c, pd_last_error());
+        free(probs);
+        hl[n - 1] = -1;
+        MUST(pd_tensor_copy_from_host(gl, hl, (size_t)n * sizeof(int32_t)));
+        sg = dut->ops->softmax_cross_entropy_backward(dut, gx, gl, 1.0f, gg);
+        ok(sg == PD_EINVAL && strstr(pd_last_error(), "backward labels"), "softmax_cross_entropy label -1 refused: %s",
+           pd_last_error());
+    }
+
+    DESTROY(cx, gx, cl, gl, cp, gp, closs, gloss, gloss2, cg, gg, gp_cpu);
+    free(hx);
+    free(hl);
+    free(nan);
+}
+
+/* Concatenation of n parts of random bytes (any dtype) along `axis`, and
+ * the split back with part `skip` (or none, -1) left out: bit for bit the
+ * CPU's. widths: each part's extent along the axis; base: the other dims. */
+static void check_concat(pd_dtype dtype, int ndim, const int64_t *base, int axis, int n, const int64_t *widths,
+                         int skip)
+{
+    pd_tensor *cx[16], *gx[16], *cd[16], *gd[16], views[16];
+    pd_shape whole = {.ndim = ndim};
+    bool same = true;
+    pd_status sc, sg;
+
+    for (int d = 0; d < ndim; d++)
+        whole.dim[d] = d == axis ? 0 : base[d];
+    for (int i = 0; i < n; i++) {
+        pd_shape s = whole;
+        s.dim[axis] = widths[i];
+        whole.dim[axis] += widths[i];
+        int64_t bytes = pd_shape_numel(&s) * (int64_t)pd_dtype_size(dtype);
+        unsigned char *h = malloc((size_t)(bytes > 0 ? bytes : 1));
+        for (int64_t b = 0; b < bytes; b++)
+            h[b] = (unsigned char)uniform(0.0f, 256.0f);
+        cx[i] = tensor_of(cpu, dtype, s, h);
+        gx[i] = tensor_of(dut, dtype, s, h);
+        cd[i] = tensor_of(cpu, dtype, s, NULL);
+        gd[i] = tensor_of(dut, dtype, s, NULL);
+        free(h);
+    }
+    pd_tensor *cy = tensor_of(cpu, dtype, whole, NULL), *gy = tensor_of(dut, dtype, whole, NULL);
+    sc = cpu->ops->concat_forward(cpu, axis, n, (const pd_tensor *const *)cx, cy);
+    sg = dut->ops->concat_forward(dut, axis, n, (const pd_tensor *const *)gx, gy);
+    ok(sc == PD_OK && sg == PD_OK && same_bits(cy, gy), "concat %s rank %d axis %d, %d parts", pd_dtype_name(dtype),
+       ndim, axis, n);
+    if (skip >= 0) {
+        pd_tensor_view(&views[0], cpu, dtype, &cd[skip]->shape, NULL);
+        pd_tensor_view(&views[1], dut, dtype, &gd[skip]->shape, NULL);
+    }
+    pd_tensor *cparts[16], *gparts[16];
+    for (int i = 0; i < n; i++) {
+        cparts[i] = i == skip ? &views[0] : cd[i];
+        gparts[i] = i == skip ? &views[1] : gd[i];
+    }
+    sc = cpu->ops->concat_backward(cpu, axis, n, cy, cparts);
+    sg = dut->ops->concat_backward(dut, axis, n, gy, gparts);
+    for (int i = 0; i < n && sc == PD_OK && sg == PD_OK; i++)
+        if (i != skip)
+            same = same && same_bits(cd[i], gd[i]) && same_bits(cx[i], gd[i]);
+    ok(sc == PD_OK && sg == PD_OK && same, "concat backward %s axis %d, %d parts, part %d skipped",
+       pd_dtype_name(dtype), axis, n, skip);
+    for (int i = 0; i < n; i++) {
+        pd_tensor_destroy(cx[i]);
+        pd_tensor_destroy(gx[i]);
+        pd_tensor_destroy(cd[i]);
+        pd_tensor_destroy(gd[i]);
+    }
+    pd_tensor_destroy(cy);
+    pd_tensor_destroy(gy);
+}
+
+/* Embedding gather and scatter-add: bit for bit the CPU's, repeated ids
+ * included (the device adds each id's rows in position order, as the CPU),
+ * into a gradient table that starts as NaN; an id out of range refused. */
+static void check_embedding(pd_shape ids_shape, int vocab, int64_t dim)
+{
+    int64_t n = pd_shape_numel(&ids_shape);
+    int32_t *hid = random_ids(n, vocab);
+    pd_shape st = pd_shape_make(2, (int64_t)vocab, dim), sy = ids_shape;
+    float *ht = random_floats(vocab * dim, -1.0f, 1.0f), *hdy, *nan = malloc((size_t)(vocab * dim) * sizeof(float));
+    pd_status sc, sg;
+
+    sy.dim[sy.ndim++] = dim;
+    hdy = random_floats(n * dim, -1.0f, 1.0f);
+    for (int64_t i = 0; i < vocab * dim; i++)
+        nan[i] = NAN;
+    pd_tensor *cids = tensor_of(cpu, PD_I32, ids_shape, hid), *gids = tensor_of(dut, PD_I32, ids_shape, hid);
+    pd_tensor *ct = tensor_of(cpu, PD_F32, st, ht), *gt = tensor_of(dut, PD_F32, st, ht);
+    pd_tensor *cy = tensor_of(cpu, PD_F32, sy, NULL), *gy = tensor_of(dut, PD_F32, sy, NULL);
+    pd_tensor *cdy = tensor_of(cpu, PD_F32, sy, hdy), *gdy = tensor_of(dut, PD_F32, sy, hdy);
+    pd_tensor *cdt = tensor_of(cpu, PD_F32, st, NULL), *gdt = tensor_of(dut, PD_F32, st, nan);
+    pd_tensor *gdt2 = tensor_of(dut, PD_F32, st, nan);
+
+    sc = cpu->ops->embedding_forward(cpu, cids, ct, cy);
+    sg = dut->ops->embedding_forward(dut, gids, gt, gy);
+    ok(sc == PD_OK && sg == PD_OK && same_bits(cy, gy), "embedding forward %lld ids, vocab %d, dim %lld",
+       (long long)n, vocab, (long long)dim);
+    sc = cpu->ops->embedding_backward(cpu, cids, cdy, cdt);
+    sg = dut->ops->embedding_backward(dut, gids, gdy, gdt);
+    bool same = sc == PD_OK && sg == PD_OK && same_bits(cdt, gdt);
+    sg = dut->ops->embedding_backward(dut, gids, gdy, gdt2);
+    ok(same && sg == PD_OK && same_bits(gdt, gdt2), "embedding backward %lld ids, vocab %d, dim %lld: bit for bit, "
+       "repeatable", (long long)n, vocab, (long long)dim);
+    if (n > 0) {
+        hid[n / 2] = vocab;
+        MUST(pd_tensor_copy_from_host(gids, hid, (size_t)n * sizeof(int32_t)));
+        pd_error_clear();
+        sg = dut->ops->embedding_backward(dut, gids, gdy, gdt);
+        ok(sg == PD_EINVAL && strstr(pd_last_error(), "outside the vocabulary"), "embedding id %d refused: %s", vocab,
+           pd_last_error());
+    }
+    DESTROY(cids, gids, ct, gt, cy, gy, cdy, gdy, cdt, gdt, gdt2);
+    free(hid);
+    free(ht);
+    free(hdy);
+    free(nan);
+}
+
+/* One LSTM step forward and back (with and without dc) within a few ulp of
+ * the CPU's (expf and tanhf differ), the backward pass from the CPU's act
+ * and c on both sides. */
+static void check_lstm_cell(int64_t n, int64_t hid)
+{
+    pd_shape sg4 = pd_shape_make(2, n, 4 * hid), sh = pd_shape_make(2, n, hid);
+    float *hg = random_floats(n * 4 * hid, -3.0f, 3.0f), *hc = random_floats(n * hid, -2.0f, 2.0f);
+    float *hdh = random_floats(n * hid, -1.0f, 1.0f), *hdc = random_floats(n * hid, -1.0f, 1.0f);
+    pd_tensor *cgates = tensor_of(cpu, PD_F32, sg4, hg), *ggates = tensor_of(dut, PD_F32, sg4, hg);
+    pd_tensor *ccp = tensor_of(cpu, PD_F32, sh, hc), *gcp = tensor_of(dut, PD_F32, sh, hc);
+    pd_tensor *cact = tensor_of(cpu, PD_F32, sg4, NULL), *gact = tensor_of(dut, PD_F32, sg4, NULL);
+    pd_tensor *cc = tensor_of(cpu, PD_F32, sh, NULL), *gc = tensor_of(dut, PD_F32, sh, NULL);
+    pd_tensor *ch = tensor_of(cpu, PD_F32, sh, NULL), *gh = tensor_of(dut, PD_F32, sh, NULL);
+    pd_tensor *cdh = tensor_of(cpu, PD_F32, sh, hdh), *gdh = tensor_of(dut, PD_F32, sh, hdh);
+    pd_tensor *cdc = tensor_of(cpu, PD_F32, sh, hdc), *gdc = tensor_of(dut, PD_F32, sh, hdc);
+    pd_tensor *cdg = tensor_of(cpu, PD_F32, sg4, NULL), *gdg = tensor_of(dut, PD_F32, sg4, NULL);
+    pd_tensor *cdcp = tensor_of(cpu, PD_F32, sh, NULL), *gdcp = tensor_of(dut, PD_F32, sh, NULL);
+    pd_status sc, sg;
+
+    sc = cpu->ops->lstm_cell_forward(cpu, cgates, ccp, cact, cc, ch);
+    sg = dut->ops->lstm_cell_forward(dut, ggates, gcp, gact, gc, gh);
+    ok(sc == PD_OK && sg == PD_OK && close_to(cact, gact, 1e-6, 1e-7) && close_to(cc, gc, 1e-6, 2e-6) &&
+           close_to(ch, gh, 1e-5, 1e-6),
+       "lstm cell forward N=%lld H=%lld: act, c, h", (long long)n, (long long)hid);
+    pd_tensor *gact_cpu = device_copy(cact), *gc_cpu = device_copy(cc);
+    for (int with_dc = 0; with_dc < 2; with_dc++) {
+        sc = cpu->ops->lstm_cell_backward(cpu, cact, ccp, cc, cdh, with_dc ? cdc : NULL, cdg, cdcp);
+        sg = dut->ops->lstm_cell_backward(dut, gact_cpu, gcp, gc_cpu, gdh, with_dc ? gdc : NULL, gdg, gdcp);
+        ok(sc == PD_OK && sg == PD_OK && close_to(cdg, gdg, 1e-5, 1e-6) && close_to(cdcp, gdcp, 1e-5, 1e-6),
+           "lstm cell backward N=%lld H=%lld %s dc: dgates, dc_prev", (long long)n, (long long)hid,
+           with_dc ? "with" : "without");
+    }
+    DESTROY(cgates, ggates, ccp, gcp, cact, gact, cc, gc, ch, gh, cdh, gdh, cdc, gdc, cdg, gdg, cdcp,
+            gdcp, gact_cpu, gc_cpu);
+    free(hg);
+    free(hc);
+    free(hdh);
+    free(hdc);
+}
+
+static void check_layer_entries(void)
+{
+    const int64_t base4[4] = {2, 3, 4, 5}, w3[3] = {3, 2, 1}, w_last[3] = {1, 3, 2}, w_u8[2] = {3, 1};
+    const int64_t base2[2] = {37, 6}, w_many[11] = {1, 2, 3, 1, 1, 2, 3, 1, 2, 1, 3}, w_rows[2] = {5, 9};
+
+    check_linear(1000, 33, 70); /* more rows than one chunk of the bias gradient */
+    check_linear(7, 16, 8);     /* the bias four at a time */
+    check_linear(0, 5, 3);      /* no rows: zero gradients */
+    check_softmax_cross_entropy(257, 37); /* a warp per row */
+    check_softmax_cross_entropy(5, 1000); /* a block per row */
+    check_softmax_cross_entropy(0, 10);
+    check_concat(PD_F32, 4, base4, 1, 3, w3, 1);
+    check_concat(PD_F32, 4, base4, 3, 3, w_last, 0);
+    check_concat(PD_F32, 2, base2, 0, 2, w_rows, -1);
+    check_concat(PD_F32, 2, base2, 1, 11, w_many, 7); /* more parts than one launch moves */
+    check_concat(PD_U8, 4, base4, 2, 2, w_u8, -1);
+    check_concat(PD_BF16, 4, base4, 1, 3, w3, 2);
+    check_concat(PD_I32, 4, base4, 0, 2, w_u8, -1);
+    check_embedding(pd_shape_make(2, (int64_t)50, (int64_t)100), 300, 37);
+    check_embedding(pd_shape_make(1, (int64_t)4096), 3, 64); /* runs of ~1400 repeats */
+    check_embedding(pd_shape_make(2, (int64_t)5, (int64_t)3), 1000, 8);
+    check_embedding(pd_shape_make(2, (int64_t)0, (int64_t)4), 5, 3);
+    check_lstm_cell(5, 37);
+    check_lstm_cell(64, 256);
+    check_lstm_cell(1, 1);
+    if (dut_is_cuda) { /* a host tensor among device ones is named, not read */
+        pd_shape sh = pd_shape_make(2, (int64_t)2, (int64_t)3), sg4 = pd_shape_make(2, (int64_t)2, (int64_t)12);
+        pd_tensor *gates = tensor_of(dut, PD_F32, sg4, NULL), *act = tensor_of(dut, PD_F32, sg4, NULL);
+        pd_tensor *host_c = tensor_of(cpu, PD_F32, sh, NULL), *c = tensor_of(dut, PD_F32, sh, NULL);
+        pd_tensor *h = tensor_of(dut, PD_F32, sh, NULL);
+        pd_status s = dut->ops->lstm_cell_forward(dut, gates, host_c, act, c, h);
+        ok(s == PD_EINVAL && strstr(pd_last_error(), "lstm cell c_prev"), "lstm cell refuses a host c_prev: %s",
+           pd_last_error());
+        DESTROY(gates, act, host_c, c, h);
+    }
+}
+
 int main(void)
 {
     const char *name = getenv("PD_TEST_DEVICE") ? getenv("PD_TEST_DEVICE") : "cuda";
@@ -567,8 +1091,14 @@ int main(void)
     check_gemm(false, false, 5, 7, 0, 1.0f, 0.0f);
     check_gemm(true, false, 6, 4, 3, 0.0f, -2.0f);
     check_gemm(false, true, 6, 4, 3, 0.0f, 0.0f);
+    check_layer_entries();
     check_errors();
     check_memory();
+    check_caching();
+    check_training_steps();
+    check_events();
+    check_host_memory();
+    check_precision();
 
     ok(dut->mem->synchronize(dut) == PD_OK, "no asynchronous fault on the stream");
     printf("1..%d\n", cases);
