@@ -33,6 +33,7 @@ if HAVE_CMOCKA
 noinst_HEADERS += tests/unit/test_files.h tests/unit/test_plans.h tests/unit/test_topo_xml.h tests/unit/test_plan_search.h
 UNIT_TESTS = \
 	tests/unit/test_core \
+	tests/unit/test_caching_allocator \
 	tests/unit/test_mem_plan \
 	tests/unit/test_graph \
 	tests/unit/test_graph_subset \
@@ -66,6 +67,7 @@ UNIT_TESTS = \
 check_PROGRAMS += $(UNIT_TESTS)
 TESTS += $(UNIT_TESTS)
 tests_unit_test_core_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
+tests_unit_test_caching_allocator_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
 tests_unit_test_mem_plan_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
 tests_unit_test_graph_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
 tests_unit_test_graph_subset_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
@@ -115,12 +117,15 @@ INTEGRATION_TESTS = \
 	tests/integration/plan_cli.sh \
 	tests/integration/topo_cli.sh \
 	tests/integration/topo_mpi.sh \
+	tests/integration/topo_measure_netns.sh \
 	tests/integration/weight_ring_tsan.sh \
 	tests/integration/simulate_cli.sh \
 	tests/integration/bench_transport.sh \
+	tests/integration/device_script.sh \
 	tests/integration/transport_mpi.sh \
 	tests/integration/verbs_vm.sh \
 	tests/integration/pipeline_exact.sh \
+	tests/integration/pipeline_s2vt.sh \
 	tests/integration/pipeline_epochs.sh \
 	tests/integration/pipeline_resume.sh \
 	tests/integration/pipeline_binding.sh \
@@ -139,6 +144,8 @@ EXTRA_DIST += experiments/reproduce experiments/lib/predicted.sh experiments/lib
 	experiments/lib/netns-rank experiments/simulate_paper.sh
 # The soft-RoCE VM that verbs_vm.sh boots (tests/rdma/README.md).
 EXTRA_DIST += tests/rdma/README.md tests/rdma/vm-setup.sh tests/rdma/vm-initramfs.sh tests/rdma/vm-run.sh tests/rdma/vm-init
+# The H200 script and its parts, whose dry run device_script.sh checks (docs/cuda.md).
+EXTRA_DIST += tools/device-check.sh tools/device-run.sh tools/device_report.py tools/torch_step_bench.py
 
 # Safetensors files against Python's reference package (skips without python3 + safetensors + numpy).
 check_PROGRAMS += tests/integration/st_tool

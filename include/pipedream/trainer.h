@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include <pipedream/kernels.h>
 #include <pipedream/loader.h>
 #include <pipedream/models.h>
 #include <pipedream/optim.h>
@@ -128,6 +129,9 @@ typedef struct pd_trainer_options {
      * model's, .train to false. */
     pd_loader_options eval_data;
     const char *device; /* "cpu" (NULL), "cuda", "cuda:N" */
+    /* Arithmetic, set on the device once opened (0: f32); tf32 needs a
+     * CUDA device, bf16 is refused (not implemented yet). */
+    pd_precision precision;
 
     pd_optimizer_kind optimizer;
     double lr;           /* > 0 */

@@ -435,13 +435,15 @@ int pd_cli_bench(int argc, char **argv)
 
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         if (argc < 2)
-            pd_cli_error("bench: what to measure? (pipedream bench transport --help)");
+            pd_cli_error("bench: what to measure? (pipedream bench transport --help, bench step --help)");
         else
             usage(stdout);
         return argc < 2 ? PD_CLI_USAGE : PD_CLI_OK;
     }
+    if (strcmp(argv[1], "step") == 0)
+        return pd_cli_bench_step(argc - 1, argv + 1);
     if (strcmp(argv[1], "transport") != 0) {
-        pd_cli_error("bench: unknown benchmark '%s' (expected transport)", argv[1]);
+        pd_cli_error("bench: unknown benchmark '%s' (expected transport or step)", argv[1]);
         return PD_CLI_USAGE;
     }
     signal(SIGPIPE, SIG_IGN);

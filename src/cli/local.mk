@@ -11,6 +11,7 @@ src_cli_pipedream_SOURCES = \
 	src/cli/topo.c \
 	src/cli/simulate.c \
 	src/cli/bench_transport.c \
+	src/cli/bench_step.c \
 	src/cli/transport_measure.h \
 	src/cli/transport_measure.c \
 	src/cli/topo_measure.c

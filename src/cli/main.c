@@ -120,6 +120,26 @@ int pd_cli_parse_cost_model(const char *verb, const char *text, pd_plan_cost_mod
     return 0;
 }
 
+int pd_cli_parse_precision(const char *verb, const char *text, const char *device, pd_precision *out)
+{
+    pd_precision p = PD_PRECISION_F32;
+
+    if (text && pd_precision_parse(text, &p) != PD_OK) {
+        pd_cli_error("%s: --precision: '%s' is not f32, tf32 or bf16", verb, text);
+        return -1;
+    }
+    if (p == PD_PRECISION_BF16) {
+        pd_cli_error("%s: --precision bf16 (mixed precision) is not implemented yet; use f32 or tf32", verb);
+        return -1;
+    }
+    if (p == PD_PRECISION_TF32 && strncmp(device, "cuda", 4) != 0) {
+        pd_cli_error("%s: --precision tf32 needs a CUDA device (--device cuda or cuda:N)", verb);
+        return -1;
+    }
+    *out = p;
+    return 0;
+}
+
 /* The verbs, in the order --help lists them. */
 static const struct verb {
     const char *name;
@@ -133,7 +153,7 @@ static const struct verb {
     {"plan", "partition a model's layers into pipeline stages over the workers", pd_cli_plan},
     {"topo", "discover the machine's topology and write the cluster file", pd_cli_topo},
     {"simulate", "check a plan's schedule and predict its throughput; compare with DP, GPipe", pd_cli_simulate},
-    {"bench", "measure the transport between two ranks (bench transport --backend B)", pd_cli_bench},
+    {"bench", "measure the transport (bench transport) or a training step (bench step)", pd_cli_bench},
 };
 
 static void usage(FILE *out)

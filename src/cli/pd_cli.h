@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include <pipedream/kernels.h>
 #include <pipedream/plan.h>
 #include <pipedream/profile.h>
 #include <pipedream/status.h>
@@ -37,6 +38,11 @@ int pd_cli_parse_double(const char *option, const char *text, double min, double
 /* Parses --cost-model's `text`: "default" or "pipedream". On anything else
  * print one line naming `verb` and return -1; 0 on success. */
 int pd_cli_parse_cost_model(const char *verb, const char *text, pd_plan_cost_model *out);
+
+/* Checks --precision's `text` (NULL: f32) against --device's `device`:
+ * f32, tf32 (a CUDA device only) or bf16 (not implemented yet). On anything
+ * else print one line naming `verb` and return -1; 0 on success. */
+int pd_cli_parse_precision(const char *verb, const char *text, const char *device, pd_precision *out);
 
 /* Reports a getopt_long failure (`ret` '?' or ':', with opterr = 0 and an
  * optstring starting with ':') as one line naming argv[optind - 1]: the
@@ -98,6 +104,7 @@ int pd_cli_plan(int argc, char **argv);       /* plan.c */
 int pd_cli_topo(int argc, char **argv);       /* topo.c */
 int pd_cli_simulate(int argc, char **argv);   /* simulate.c */
 int pd_cli_bench(int argc, char **argv);      /* bench_transport.c */
+int pd_cli_bench_step(int argc, char **argv); /* bench_step.c: `bench step` */
 
 /* Writes a verb's usage text. */
 void pd_cli_train_usage(FILE *out);

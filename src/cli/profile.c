@@ -16,6 +16,8 @@
 
 typedef struct profile_args {
     const char *model, *device, *output, *format, *import, *data;
+    const char *precision; /* --precision; NULL: f32 */
+    pd_precision math;     /* parsed */
     int64_t batch, channels, height, width, classes, warmup, iterations, seed;
     double width_mult;
     bool quiet;
@@ -30,6 +32,7 @@ enum {
     OPT_CLASSES,
     OPT_WIDTH_MULT,
     OPT_DEVICE,
+    OPT_PRECISION,
     OPT_WARMUP,
     OPT_ITERATIONS,
     OPT_SEED,
@@ -50,8 +53,9 @@ static void usage(FILE *out)
             "\n"
             "Measures every layer of a model on a device: forward and backward time per\n"
             "minibatch (medians of --iterations timed repetitions after --warmup whole\n"
-            "training steps; each layer timed on its own with a monotonic clock, the device\n"
-            "synchronised around it), output activation bytes and trainable weight bytes,\n"
+            "training steps; each layer timed on its own with the device's events: CUDA\n"
+            "events on a GPU, the monotonic clock on the CPU; the device synchronised\n"
+            "around it), output activation bytes and trainable weight bytes,\n"
             "with the graph's edges. A whole step is timed alongside, so the sum of the\n"
             "layers can be checked against it. The input nodes' forward time is the data\n"
             "loading time (PipeDream's convention): measured with --data, else 0 (random\n"
@@ -75,6 +79,8 @@ static void usage(FILE *out)
             "  --classes K          classes (default 10, or the data set's)\n"
             "  --width-mult F       width multiplier of every layer (default 1)\n"
             "  --device DEV         cpu, cuda or cuda:N (default cpu)\n"
+            "  --precision P        f32 (default) or tf32 (CUDA only); bf16 is not\n"
+            "                       implemented yet\n"
             "  --warmup N           whole training steps before timing (default %d)\n"
             "  --iterations N       timed repetitions; medians are kept (default %d)\n"
             "  --seed N             parameter initialisation seed (default 1)\n"
@@ -102,6 +108,7 @@ static int parse_args(int argc, char **argv, profile_args *a)
         {"classes", required_argument, NULL, OPT_CLASSES},
         {"width-mult", required_argument, NULL, OPT_WIDTH_MULT},
         {"device", required_argument, NULL, OPT_DEVICE},
+        {"precision", required_argument, NULL, OPT_PRECISION},
         {"warmup", required_argument, NULL, OPT_WARMUP},
         {"iterations", required_argument, NULL, OPT_ITERATIONS},
         {"seed", required_argument, NULL, OPT_SEED},
@@ -135,6 +142,7 @@ static int parse_args(int argc, char **argv, profile_args *a)
         case OPT_CLASSES: bad = pd_cli_parse_int64("--classes", optarg, 2, 1 << 24, &a->classes); break;
         case OPT_WIDTH_MULT: bad = pd_cli_parse_double("--width-mult", optarg, 1e-3, 64, &a->width_mult); break;
         case OPT_DEVICE: a->device = optarg; break;
+        case OPT_PRECISION: a->precision = optarg; break;
         case OPT_WARMUP: bad = pd_cli_parse_int64("--warmup", optarg, 0, 1000000, &a->warmup); break;
         case OPT_ITERATIONS: bad = pd_cli_parse_int64("--iterations", optarg, 1, 1000000, &a->iterations); break;
         case OPT_SEED: bad = pd_cli_parse_int64("--seed", optarg, 0, INT64_MAX, &a->seed); break;
@@ -165,6 +173,12 @@ static int parse_args(int argc, char **argv, profile_args *a)
         pd_cli_error("profile: -o: an empty file name");
         return PD_CLI_USAGE;
     }
+    if (a->import && a->precision) {
+        pd_cli_error("profile: --import converts a profile; --precision does not apply");
+        return PD_CLI_USAGE;
+    }
+    if (pd_cli_parse_precision("profile", a->precision, a->device, &a->math))
+        return PD_CLI_USAGE;
     if (a->import) {
         if (a->channels || a->height || a->width || a->classes || a->data || a->width_mult != 1.0) {
             pd_cli_error("profile: --import converts a profile; model shape and --data options do not apply");
@@ -364,6 +378,10 @@ static int run_measure(const profile_args *a)
 
     if ((s = pd_device_open(a->device, &dev)) != PD_OK)
         return fail("profile: --device", s);
+    if ((s = dev->ops->set_precision(dev, a->math)) != PD_OK) {
+        code = fail("profile: --precision", s);
+        goto release;
+    }
     if (a->data && (code = open_loader(a, &m, &feed.loader)) >= 0)
         goto release;
     if ((s = pd_graph_create(dev, (uint64_t)a->seed, &g)) != PD_OK) {

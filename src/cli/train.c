@@ -31,6 +31,7 @@ static const char *const dataset_kinds[] = {"fashion-mnist", "mnist", "cifar10",
 typedef struct train_args {
     pd_trainer_options t;
     const char *data, *dataset, *metrics_format; /* dataset NULL: the model's default */
+    const char *precision;                       /* --precision; NULL: f32 */
     int64_t batch, channels, height, width, limit_train, limit_test, threads, log_every;
     double width_mult;
     bool quiet;
@@ -56,6 +57,7 @@ enum {
     OPT_HEIGHT,
     OPT_WIDTH,
     OPT_DEVICE,
+    OPT_PRECISION,
     OPT_BATCH,
     OPT_STEPS,
     OPT_EPOCHS,
@@ -120,6 +122,9 @@ void pd_cli_train_usage(FILE *out)
     fprintf(out,
             "  --width-mult F         scale every layer's width (default 1)\n"
             "  --device DEV           cpu, cuda or cuda:N (default cpu)\n"
+            "  --precision P          f32 (default) or tf32 (CUDA: gemm and convolutions on\n"
+            "                         TF32 tensor cores, f32 storage); bf16 is not\n"
+            "                         implemented yet\n"
             "\n"
             "Data:\n"
             "  --dataset KIND         fashion-mnist (default), mnist, cifar10, imagenet or\n"
@@ -270,6 +275,11 @@ static int check_combinations(train_args *a, bool lr_step_set, bool lr_power_set
         pd_cli_error("train: %s", pd_last_error());
         return -1;
     }
+    /* S2VT's channels are features per frame; images have 1 or 3. */
+    if (a->channels > 3 && strcmp(a->t.model, "s2vt") != 0) {
+        pd_cli_error("train: --channels: %lld is out of range [1, 3] for images", (long long)a->channels);
+        return -1;
+    }
     struct stat st;
     if (strcmp(a->dataset, "synthetic") != 0 && strcmp(a->dataset, "s2vt-synthetic") != 0 &&
         (stat(a->data, &st) != 0 || !S_ISDIR(st.st_mode))) {
@@ -294,6 +304,7 @@ static int parse_args(int argc, char **argv, train_args *a)
         {"height", required_argument, NULL, OPT_HEIGHT},
         {"width", required_argument, NULL, OPT_WIDTH},
         {"device", required_argument, NULL, OPT_DEVICE},
+        {"precision", required_argument, NULL, OPT_PRECISION},
         {"batch-size", required_argument, NULL, OPT_BATCH},
         {"batch", required_argument, NULL, OPT_BATCH},
         {"steps", required_argument, NULL, OPT_STEPS},
@@ -361,6 +372,7 @@ static int parse_args(int argc, char **argv, train_args *a)
             break;
         case OPT_DATASET: a->dataset = optarg; break;
         case OPT_DEVICE: a->t.device = optarg; break;
+        case OPT_PRECISION: a->precision = optarg; break;
         case OPT_OPTIMIZER: optimizer = optarg; break;
         case OPT_LR_SCHEDULE: schedule = optarg; break;
         case OPT_CHECKPOINT_DIR: a->t.checkpoint_dir = optarg; break;
@@ -368,7 +380,7 @@ static int parse_args(int argc, char **argv, train_args *a)
         case OPT_METRICS: a->t.metrics_path = optarg; break;
         case OPT_METRICS_FORMAT: a->metrics_format = optarg; break;
         case OPT_NESTEROV: a->t.nesterov = true; break;
-        case OPT_CHANNELS: bad = pd_cli_parse_int64("--channels", optarg, 1, 3, &a->channels); break;
+        case OPT_CHANNELS: bad = pd_cli_parse_int64("--channels", optarg, 1, 1 << 16, &a->channels); break;
         case OPT_HEIGHT: bad = pd_cli_parse_int64("--height", optarg, 1, 1 << 14, &a->height); break;
         case OPT_WIDTH: bad = pd_cli_parse_int64("--width", optarg, 1, 1 << 14, &a->width); break;
         case OPT_BATCH: /* named as the user spelt it */
@@ -440,7 +452,8 @@ static int parse_args(int argc, char **argv, train_args *a)
     }
     if (!a->dataset) /* S2VT reads captions, the others images */
         a->dataset = strcmp(a->t.model, "s2vt") != 0 ? "fashion-mnist" : data_set ? "s2vt" : "s2vt-synthetic";
-    if (parse_enum_options(a, optimizer, schedule) || check_combinations(a, lr_step_set, lr_power_set))
+    if (parse_enum_options(a, optimizer, schedule) || check_combinations(a, lr_step_set, lr_power_set) ||
+        pd_cli_parse_precision("train", a->precision, a->t.device, &a->t.precision))
         return PD_CLI_USAGE;
 
     a->t.seed = (uint64_t)seed;
@@ -620,11 +633,6 @@ int pd_cli_train(int argc, char **argv)
     if ((code = parse_args(argc, argv, &a)) >= 0)
         return code;
     if (a.pipeline.plan || a.pipeline.profile || a.pipeline.np || a.pipeline.levels) {
-        if (strcmp(a.t.model, "s2vt") == 0) {
-            pd_cli_error("train: --model s2vt trains in one process only: pipeline training reads image "
-                         "data (drop --plan, --profile, --np and --levels)");
-            return PD_CLI_USAGE;
-        }
         a.pipeline.quiet = a.quiet;
         return pd_cli_train_pipeline(argc, argv, &a.t, &a.pipeline);
     }

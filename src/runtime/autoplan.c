@@ -39,7 +39,9 @@ static pd_status measure(const pd_pipeline_options *o, pd_profile **out)
 
     PD_CHECK(pd_trainer_data_geometry(&o->train, &mo));
     PD_CHECK(pd_device_open(o->train.device ? o->train.device : "cpu", &dev));
-    s = pd_profile_measure(o->train.model, &mo, dev, o->train.seed, &popts, out);
+    s = dev->ops->set_precision(dev, o->train.precision); /* timed as it will train */
+    if (s == PD_OK)
+        s = pd_profile_measure(o->train.model, &mo, dev, o->train.seed, &popts, out);
     pd_device_close(dev);
     return s;
 }
