@@ -202,13 +202,19 @@ pd_status pd_vb_flush_credit(pd_channel *ch, pd_vb_conn *c)
                              .opcode = IBV_WR_RDMA_WRITE_WITH_IMM, .send_flags = IBV_SEND_SIGNALED},
                        *bad;
 
-    /* All writes busy: the count goes out with a later one. While messages
-     * wait to be taken the receiver comes back soon: credits gather up to
-     * half the ring; once it has taken all it may sleep, and whatever it
-     * released goes out. */
+    uint64_t half = (uint64_t)(ch->config.depth + 1) / 2;
+
+    /* All writes busy: the count goes out with a later one. The sender may
+     * still write credit_sent + depth - arrived messages (fewer if some are
+     * on the way): while that is half the ring it is not held up, and the
+     * count waits, since every arrival and every release looks again; a
+     * credit write per message costs both ends a wake-up and the link a
+     * round trip. While messages wait to be taken the receiver comes back
+     * soon: credits gather up to half the ring. */
     if (!c->hs_done || c->disconnected || c->credit_sent == ch->released ||
         c->credit_posted - c->credit_done >= PD_VB_CREDIT_SLOTS ||
-        (ch->taken < ch->arrived && ch->released - c->credit_sent < (uint64_t)(ch->config.depth + 1) / 2))
+        c->credit_sent + (uint64_t)ch->config.depth - ch->arrived >= half ||
+        (ch->taken < ch->arrived && ch->released - c->credit_sent < half))
         return PD_OK;
     c->credit_src[i] = ch->released;
     wr.imm_data = htonl((uint32_t)ch->released);
