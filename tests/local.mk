@@ -36,6 +36,7 @@ UNIT_TESTS = \
 	tests/unit/test_caching_allocator \
 	tests/unit/test_mem_plan \
 	tests/unit/test_graph \
+	tests/unit/test_graph_bf16 \
 	tests/unit/test_graph_subset \
 	tests/unit/test_cpu_conv_linear_pool \
 	tests/unit/test_cpu_norm_loss \
@@ -70,6 +71,7 @@ tests_unit_test_core_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
 tests_unit_test_caching_allocator_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
 tests_unit_test_mem_plan_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
 tests_unit_test_graph_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
+tests_unit_test_graph_bf16_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
 tests_unit_test_graph_subset_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
 tests_unit_test_cpu_conv_linear_pool_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
 tests_unit_test_cpu_norm_loss_LDADD = $(TEST_LDADD) $(CMOCKA_LIBS)
@@ -107,6 +109,7 @@ endif
 INTEGRATION_TESTS = \
 	tests/integration/cli_errors.sh \
 	tests/integration/train_fashion_mnist.sh \
+	tests/integration/train_bf16.sh \
 	tests/integration/train_s2vt.sh \
 	tests/integration/safetensors_python.sh \
 	tests/integration/public_api.sh \

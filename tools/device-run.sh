@@ -130,7 +130,7 @@ PYTHONUNBUFFERED=1 step torch "$torch_max" 10 python3 "$src/tools/torch_step_ben
     --budget-s "$((torch_budget > 10 ? torch_budget - 10 : 1))"
 
 # ---- 5. ours: `pipedream bench step`, one process per run ------------------
-# f32 of every model first: bf16 may not be implemented yet.
+# f32 of every model first: if the budget runs out, bf16 is what goes.
 smi_sampler=""
 for precision in "${precisions[@]}"; do
     for c in "${configs[@]}"; do

@@ -91,6 +91,20 @@ int pd_graph_find(const pd_graph *g, const char *name);
  * only those of the nodes that run). */
 int pd_graph_params(pd_graph *g, pd_param ***params);
 
+/* Sets how activations are stored (before allocation; PD_ESTATE after):
+ * PD_PRECISION_F32 (the default) and TF32 store f32; PD_PRECISION_BF16
+ * stores the output of every computed f32 node that other nodes read, and
+ * its gradient, in bf16 (halving the planned activation bytes and
+ * pd_graph_node_activation_bytes; pd_graph_output and pd_graph_grad of
+ * such a node are bf16 tensors, and a backward seed for it must be one),
+ * while the graph's inputs and outputs (the loss), the parameters (f32
+ * master weights) and their gradients stay f32. Each layer step then
+ * computes in f32 on its tensors widened from bf16 and its trainable
+ * weights rounded to bf16, accumulates in f32, and rounds what it writes
+ * to bf16. The device's own arithmetic is set apart
+ * (pd_device_ops.set_precision). */
+pd_status pd_graph_set_precision(pd_graph *g, pd_precision precision);
+
 /* Plans activation and gradient memory for a training step (forward then
  * backward) once, allocates it and the parameters, and initialises the
  * parameters. No node can be added afterwards. */

@@ -65,11 +65,12 @@ typedef struct pd_adam_desc {
     int64_t step;
 } pd_adam_desc;
 
-/* The arithmetic of a run (`--precision`). Storage stays f32 in each. */
+/* The arithmetic of a run (`--precision`). Storage stays f32 but for the
+ * graph's bf16 activations (pd_graph_set_precision). */
 typedef enum pd_precision {
     PD_PRECISION_F32 = 0,  /* strict IEEE f32 everywhere: the default */
     PD_PRECISION_TF32 = 1, /* CUDA only: gemm and convolution inputs rounded to TF32 on tensor cores */
-    PD_PRECISION_BF16 = 2, /* bf16 activations and weights, f32 master weights: not implemented yet */
+    PD_PRECISION_BF16 = 2, /* bf16 activations and weights, f32 master weights and f32 kernel math */
 } pd_precision;
 
 /* "f32", "tf32", "bf16". */
@@ -232,7 +233,8 @@ typedef struct pd_device_ops {
 
     /* Sets the arithmetic of later work (PD_PRECISION_F32 after opening):
      * PD_ENOTSUP with a message for one the device cannot do (tf32 on the
-     * CPU, bf16 anywhere for now). */
+     * CPU). bf16 keeps the kernels in strict f32: the graph rounds the
+     * stored activations and the weights it passes them to bf16. */
     pd_status (*set_precision)(pd_device *dev, pd_precision precision);
 } pd_device_ops;
 

@@ -129,8 +129,10 @@ typedef struct pd_trainer_options {
      * model's, .train to false. */
     pd_loader_options eval_data;
     const char *device; /* "cpu" (NULL), "cuda", "cuda:N" */
-    /* Arithmetic, set on the device once opened (0: f32); tf32 needs a
-     * CUDA device, bf16 is refused (not implemented yet). */
+    /* Arithmetic, set on the device once opened and on the graph (0: f32);
+     * tf32 needs a CUDA device; bf16 stores activations in bf16 around f32
+     * master weights (pd_graph_set_precision), single process only
+     * (pd_trainer_create_part refuses it with PD_ENOTSUP). */
     pd_precision precision;
 
     pd_optimizer_kind optimizer;

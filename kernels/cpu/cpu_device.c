@@ -144,7 +144,7 @@ static pd_status cpu_set_precision(pd_device *dev, pd_precision precision)
     switch (precision) {
     case PD_PRECISION_F32: return PD_OK;
     case PD_PRECISION_TF32: return PD_ERROR(PD_ENOTSUP, "cpu: tf32 math needs a CUDA device");
-    case PD_PRECISION_BF16: return PD_ERROR(PD_ENOTSUP, "cpu: bf16 mixed precision is not implemented yet");
+    case PD_PRECISION_BF16: return PD_OK; /* f32 kernels; the graph stores bf16 (pd_graph_set_precision) */
     }
     return PD_ERROR(PD_EINVAL, "cpu: unknown precision %d", (int)precision);
 }

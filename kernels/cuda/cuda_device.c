@@ -268,9 +268,9 @@ static pd_status cuda_set_precision(pd_device *dev, pd_precision precision)
 {
     pd_cuda_state *st;
 
-    if (precision == PD_PRECISION_BF16)
-        return PD_ERROR(PD_ENOTSUP, "%s: bf16 mixed precision is not implemented yet", dev->name);
-    if (precision != PD_PRECISION_F32 && precision != PD_PRECISION_TF32)
+    /* bf16: the kernels compute in strict f32 on the operands the graph
+     * widened from bf16 (pd_graph_set_precision). */
+    if (precision != PD_PRECISION_BF16 && precision != PD_PRECISION_F32 && precision != PD_PRECISION_TF32)
         return PD_ERROR(PD_EINVAL, "%s: unknown precision %d", dev->name, (int)precision);
     PD_CHECK(pd_cuda_enter(dev, &st));
 #ifdef HAVE_CUBLAS

@@ -94,8 +94,8 @@ static void usage(FILE *out)
             "  --classes K        classes (default 1000)\n"
             "  --width-mult F     width multiplier of every layer (default 1)\n"
             "  --device DEV       cpu, cuda or cuda:N (default cpu)\n"
-            "  --precision P      f32 (default), tf32 (CUDA only) or bf16 (not implemented\n"
-            "                     yet)\n"
+            "  --precision P      f32 (default), tf32 (CUDA only) or bf16 (activations\n"
+            "                     stored in bf16, f32 compute and master weights)\n"
             "  --warmup N         untimed steps first (default %d)\n"
             "  --iterations N     timed steps (default %d)\n"
             "  --seed N           seed of the parameters and the random minibatch (default 1)\n"
@@ -297,7 +297,8 @@ static int run(const step_args *a)
     if ((s = r.dev->ops->event_create(r.dev, &r.start)) != PD_OK ||
         (s = r.dev->ops->event_create(r.dev, &r.stop)) != PD_OK ||
         (s = pd_graph_create(r.dev, (uint64_t)a->seed, &r.g)) != PD_OK ||
-        (s = pd_model_build(a->model, r.g, &m, &r.io)) != PD_OK || (s = pd_graph_allocate(r.g)) != PD_OK ||
+        (s = pd_model_build(a->model, r.g, &m, &r.io)) != PD_OK ||
+        (s = pd_graph_set_precision(r.g, a->math)) != PD_OK || (s = pd_graph_allocate(r.g)) != PD_OK ||
         (s = pd_optimizer_create_sgd(r.g, &sgd, &r.opt)) != PD_OK ||
         (s = fill_minibatch(&r, (uint64_t)a->seed + 1)) != PD_OK) {
         code = pd_cli_fail("bench step", s);

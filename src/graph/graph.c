@@ -92,10 +92,12 @@ static pd_status check_runs(const pd_graph *g, int k, const char *pass)
 static pd_status forward_step(pd_graph *g, int k, int64_t minibatch, bool training)
 {
     pd_layer *l = g->layers[k];
+    pd_graph_step st;
 
     PD_CHECK(check_runs(g, k, "forward"));
     bind_inputs(g, l, minibatch);
-    return l->cls->forward(l, g->dev, training);
+    PD_CHECK(pd_graph_step_bind(g, l, false, &st));
+    return pd_graph_step_finish(g, l, &st, true, l->cls->forward(l, g->dev, training));
 }
 
 pd_status pd_graph_forward(pd_graph *g, int64_t minibatch, bool training)
@@ -176,9 +178,11 @@ static pd_status backward_step(pd_graph *g, int k, int64_t minibatch)
             accumulate[i] = true;
         }
     }
-    PD_CHECK(l->cls->backward(l, g->dev));
+    pd_graph_step st;
+    PD_CHECK(pd_graph_step_bind(g, l, true, &st));
+    PD_CHECK(pd_graph_step_finish(g, l, &st, false, l->cls->backward(l, g->dev)));
     for (int i = 0; i < l->n_inputs; i++)
-        if (accumulate[i])
+        if (accumulate[i] && !st.stored_d_in[i]) /* bf16 gradients were summed by pd_graph_step_finish */
             PD_CHECK(g->dev->ops->axpby(g->dev, 1.0f, &g->scratch[k][i], 1.0f, &g->grads[l->inputs[i]]));
     return PD_OK;
 }
@@ -207,7 +211,7 @@ size_t pd_graph_node_activation_bytes(const pd_graph *g, int node)
 {
     const pd_layer *l = g->layers[node];
 
-    return (size_t)pd_shape_numel(&l->out_shape) * pd_dtype_size(l->out_dtype);
+    return (size_t)pd_shape_numel(&l->out_shape) * pd_dtype_size(pd_graph_stored_dtype(g, node));
 }
 
 int64_t pd_graph_node_param_count(const pd_graph *g, int node)

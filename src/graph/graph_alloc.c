@@ -128,7 +128,8 @@ static int plan_blocks(const pd_graph *g, const node_sets *ns, pd_mem_block *blo
     for (int k = 0; k < n; k++) {
         const pd_layer *l = g->layers[k];
         const int bwd = end - k;
-        const size_t out_bytes = (size_t)pd_shape_numel(&l->out_shape) * pd_dtype_size(l->out_dtype);
+        /* bf16 activations and their gradients take half (graph_precision.c). */
+        const size_t out_bytes = (size_t)pd_shape_numel(&l->out_shape) * pd_dtype_size(pd_graph_stored_dtype(g, k));
 
         if (!ns->held[k])
             continue;
@@ -162,9 +163,10 @@ static int plan_blocks(const pd_graph *g, const node_sets *ns, pd_mem_block *blo
         }
         for (int i = 0; ns->runs[k] && i < l->n_inputs; i++) {
             const int src = l->inputs[i];
-            if (ns->needs_grad[src] && ns->n_uses[src] > 1) {
+            if (ns->needs_grad[src] && ns->n_uses[src] > 1 && pd_graph_stored_dtype(g, src) != PD_BF16) {
                 /* A second contribution to a fan-in gradient lands here and
-                 * is summed in the same step. */
+                 * is summed in the same step (a bf16 one is summed in the
+                 * step's f32 work buffer: graph_precision.c). */
                 const pd_layer *sl = g->layers[src];
                 size_t bytes = (size_t)pd_shape_numel(&sl->out_shape) * pd_dtype_size(sl->out_dtype);
                 blocks[count] = (pd_mem_block){bytes, bwd, bwd, 0};
@@ -239,7 +241,7 @@ pd_status pd_graph_plan_bytes(const pd_graph *g, const bool *run, const bool *ho
     PD_CHECK(sets_make(g, run, hold, &ns));
     pd_status s = plan_part(g, &ns, &blocks, &owners, &count, &arena, &unplanned);
     if (s == PD_OK) {
-        *bytes = arena + param_bytes(g, &ns);
+        *bytes = arena + param_bytes(g, &ns) + pd_graph_work_bytes(g, ns.runs);
         free(blocks);
         free(owners);
     }
@@ -358,14 +360,14 @@ static pd_status allocate_node_tables(pd_graph *g)
         return PD_ERROR(PD_ENOMEM, "graph: out of host memory for %d nodes", n);
     for (int k = 0; k < n; k++) {
         const pd_layer *l = g->layers[k];
-        pd_tensor_view(&g->outputs[k], g->dev, l->out_dtype, &l->out_shape, NULL);
-        pd_tensor_view(&g->grads[k], g->dev, l->out_dtype, &l->out_shape, NULL);
+        pd_tensor_view(&g->outputs[k], g->dev, pd_graph_stored_dtype(g, k), &l->out_shape, NULL);
+        pd_tensor_view(&g->grads[k], g->dev, pd_graph_stored_dtype(g, k), &l->out_shape, NULL);
         g->scratch[k] = calloc(PD_LAYER_MAX_INPUTS, sizeof(pd_tensor));
         if (!g->scratch[k])
             return PD_ERROR(PD_ENOMEM, "graph: out of host memory for %d nodes", n);
         for (int i = 0; i < l->n_inputs; i++) {
             const pd_layer *src = g->layers[l->inputs[i]];
-            pd_tensor_view(&g->scratch[k][i], g->dev, src->out_dtype, &src->out_shape, NULL);
+            pd_tensor_view(&g->scratch[k][i], g->dev, pd_graph_stored_dtype(g, l->inputs[i]), &src->out_shape, NULL);
         }
     }
     return PD_OK;
@@ -390,6 +392,8 @@ pd_status pd_graph_allocate_nodes(pd_graph *g, const bool *run, const bool *hold
     PD_CHECK_GOTO(allocate_node_tables(g), s, fail);
     PD_CHECK_GOTO(allocate_arena(g, &ns), s, fail);
     PD_CHECK_GOTO(allocate_params(g, &ns), s, fail);
+    if ((g->work_bytes = pd_graph_work_bytes(g, ns.runs)) > 0)
+        PD_CHECK_GOTO(g->dev->mem->alloc(g->dev, g->work_bytes, &g->work), s, fail);
     g->allocated = true;
     return PD_OK;
 fail:
@@ -399,7 +403,10 @@ fail:
 
 pd_status pd_graph_allocate(pd_graph *g) { return pd_graph_allocate_nodes(g, NULL, NULL); }
 
-size_t pd_graph_allocated_bytes(const pd_graph *g) { return g->allocated ? g->arena_bytes + g->param_bytes : 0; }
+size_t pd_graph_allocated_bytes(const pd_graph *g)
+{
+    return g->allocated ? g->arena_bytes + g->param_bytes + g->work_bytes : 0;
+}
 
 void pd_graph_release_memory(pd_graph *g)
 {
@@ -416,7 +423,9 @@ void pd_graph_release_memory(pd_graph *g)
     }
     if (g->arena)
         g->dev->mem->free(g->dev, g->arena);
-    g->arena = NULL;
+    if (g->work)
+        g->dev->mem->free(g->dev, g->work);
+    g->arena = g->work = NULL;
     if (g->scratch)
         for (int k = 0; k < g->n_layers; k++)
             free(g->scratch[k]);
@@ -431,6 +440,6 @@ void pd_graph_release_memory(pd_graph *g)
     sets_free(&ns);
     g->runs = g->held = g->needs_grad = NULL;
     g->n_uses = NULL;
-    g->arena_bytes = g->unplanned_bytes = g->param_bytes = 0;
+    g->arena_bytes = g->unplanned_bytes = g->param_bytes = g->work_bytes = 0;
     g->allocated = false;
 }

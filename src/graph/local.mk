@@ -5,6 +5,7 @@ src_graph_libpd_graph_la_SOURCES = \
 	src/graph/graph.c \
 	src/graph/graph_alloc.c \
 	src/graph/graph_build.c \
+	src/graph/graph_precision.c \
 	src/graph/graph_stash.c \
 	src/graph/mem_plan.c \
 	src/graph/pd_mem_plan.h \

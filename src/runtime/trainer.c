@@ -563,6 +563,11 @@ pd_status pd_trainer_create_part(const pd_trainer_options *opts, pd_trainer_sele
     pd_status s;
 
     PD_CHECK(trainer_new(opts, out, &t));
+    if (select && opts->precision == PD_PRECISION_BF16) {
+        free(t);
+        return PD_ERROR(PD_ENOTSUP, "trainer: --precision bf16 is for single-process training; pipeline stages "
+                                    "(--plan, --np) exchange f32 activations only");
+    }
     t->result.final_loss = NAN;
     t->result.eval_accuracy = NAN;
 
@@ -580,6 +585,7 @@ pd_status pd_trainer_create_part(const pd_trainer_options *opts, pd_trainer_sele
     PD_CHECK_GOTO(make_schedule(t), s, fail);
 
     PD_CHECK_GOTO(pd_graph_create(t->dev, opts->seed, &t->g), s, fail);
+    PD_CHECK_GOTO(pd_graph_set_precision(t->g, opts->precision), s, fail);
     PD_CHECK_GOTO(pd_model_build(opts->model, t->g, &t->model, &t->io), s, fail);
     if (select) {
         PD_CHECK_GOTO(allocate_part(t, select, user), s, fail);
@@ -707,7 +713,17 @@ static pd_status count_rows(const pd_tensor *logits, const int32_t *labels, int 
 {
     int64_t hits = 0;
 
-    PD_CHECK(pd_tensor_copy_to_host(logits, host, pd_tensor_nbytes(logits)));
+    if (logits->dtype == PD_F32) {
+        PD_CHECK(pd_tensor_copy_to_host(logits, host, pd_tensor_nbytes(logits)));
+    } else { /* bf16 activations (--precision bf16) */
+        void *stored = malloc(pd_tensor_nbytes(logits));
+        pd_status s = stored ? pd_tensor_copy_to_host(logits, stored, pd_tensor_nbytes(logits))
+                             : PD_ERROR(PD_ENOMEM, "trainer: out of host memory for the logits");
+        if (s == PD_OK)
+            s = pd_dtype_convert(PD_F32, host, logits->dtype, stored, (size_t)pd_tensor_numel(logits));
+        free(stored);
+        PD_CHECK(s);
+    }
     for (int i = 0; i < rows; i++) {
         const float *row = host + (size_t)i * (size_t)classes;
         int best = 0;
