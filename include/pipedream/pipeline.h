@@ -136,6 +136,8 @@ typedef struct pd_pipeline_info {
     int weight_versions;     /* the depth of this stage's weight ring */
     int accumulate;          /* 2BW: minibatches per update; 0 otherwise */
     int64_t parameters;      /* trainable elements of this stage */
+    size_t allocated_bytes;  /* the graph memory of this rank's part of the model */
+    size_t model_bytes;      /* what the whole model's graph would take */
 } pd_pipeline_info;
 
 /* What a finished run measured (losses and accuracies on rank 0 only). */

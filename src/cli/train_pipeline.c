@@ -233,9 +233,10 @@ int pd_cli_train_pipeline(int argc, char **argv, struct pd_trainer_options *t, c
         snprintf(accumulate, sizeof(accumulate), " (2BW, an update every %d minibatches)", info.accumulate);
     if (!pa->quiet)
         fprintf(stderr, "pipedream: rank %d of %d (pid %ld): stage %d of %d, replica %d of %d, %lld parameters, "
-                        "%d in flight, %d weight versions%s\n", info.rank, info.ranks, (long)getpid(), info.stage,
-                info.n_stages, info.replica, info.replicas, (long long)info.parameters, info.in_flight,
-                info.weight_versions, accumulate);
+                        "%.2f of the model's %.2f MB allocated, %d in flight, %d weight versions%s\n", info.rank,
+                info.ranks, (long)getpid(), info.stage, info.n_stages, info.replica, info.replicas,
+                (long long)info.parameters, (double)info.allocated_bytes / 1e6, (double)info.model_bytes / 1e6,
+                info.in_flight, info.weight_versions, accumulate);
     if ((s = pd_pipeline_run(p)) != PD_OK)
         goto fail;
     pd_pipeline_get_result(p, &r);

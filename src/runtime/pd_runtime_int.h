@@ -326,6 +326,7 @@ struct pd_pipeline {
     int64_t sched_train, sched_eval; /* what sched was generated for */
     pd_trainer *trainer;
     pd_trainer_parts parts;
+    size_t model_bytes; /* the whole model's graph memory, of which parts.g holds this stage's */
     int stage, replica; /* -1: unused rank */
     int *rank_stage;    /* per world rank: its stage in the plan, -1 if none */
     pd_stage st;

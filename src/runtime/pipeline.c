@@ -140,13 +140,7 @@ static pd_status make_model(pd_pipeline *p, const pd_model_options *geometry)
     t.resume = NULL; /* the stage resumes (make_stage); the trainer only checks checkpoint_dir */
     PD_CHECK(pd_trainer_create_part(&t, select_stage, p, &p->trainer));
     pd_trainer_get_parts(p->trainer, &p->parts);
-    if (p->opts.progress_seconds >= 0) {
-        size_t whole;
-        PD_CHECK(pd_graph_plan_bytes(p->parts.g, NULL, NULL, &whole));
-        fprintf(stderr, "pipedream: rank %d: stage %d allocates %.2f MB of %.2f MB for the whole model\n",
-                p->boot.rank, p->stage, (double)pd_graph_allocated_bytes(p->parts.g) / 1e6, (double)whole / 1e6);
-    }
-    return PD_OK;
+    return pd_graph_plan_bytes(p->parts.g, NULL, NULL, &p->model_bytes);
 }
 
 /* Stage 0 builds its model first; its first rank then tells every rank the
@@ -442,6 +436,8 @@ void pd_pipeline_get_info(const pd_pipeline *p, pd_pipeline_info *out)
         .weight_versions = p->ver.depth,
         .accumulate = p->opts.schedule == PD_SCHED_1F1B_2BW ? p->opts.accumulate : 0,
         .parameters = (int64_t)p->st.n_weights,
+        .allocated_bytes = p->parts.g ? pd_graph_allocated_bytes(p->parts.g) : 0, /* an unused rank has none */
+        .model_bytes = p->model_bytes,
     };
 }
 
