@@ -29,6 +29,11 @@ check_PROGRAMS += tests/unit/test_cuda_ops
 tests_unit_test_cuda_ops_LDADD = $(TEST_LDADD)
 TESTS += tests/unit/test_cuda_ops
 
+# Channels with device memory: staging on the cpu device, CUDA when present (plain TAP).
+check_PROGRAMS += tests/unit/test_transport_gpu
+tests_unit_test_transport_gpu_LDADD = $(TEST_LDADD)
+TESTS += tests/unit/test_transport_gpu
+
 if HAVE_CMOCKA
 noinst_HEADERS += tests/unit/test_files.h tests/unit/test_plans.h tests/unit/test_topo_xml.h tests/unit/test_plan_search.h
 UNIT_TESTS = \

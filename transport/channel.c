@@ -151,14 +151,13 @@ static pd_status check_config(const pd_channel_config *c)
     if (c->slot_bytes < 1 || c->slot_bytes > PD_TP_MAX_SLOT_BYTES)
         return PD_ERROR(PD_EINVAL, "channel %u: slot_bytes %zu is out of range [1, 4 GiB]", c->channel_id,
                         c->slot_bytes);
-    if (c->memory != PD_TRANSPORT_HOST)
-        return PD_ERROR(PD_ENOTSUP, "channel %u: slots in device memory need a CUDA build", c->channel_id);
-    return PD_OK;
+    return pd_tp_slots_check(c);
 }
 
 static pd_status channel_new(const pd_channel_config *config, pd_tp_role role, pd_channel **out)
 {
     pd_channel *ch;
+    pd_status s;
     size_t need = sizeof(pd_tp_header) + config->slot_bytes;
 
     PD_CHECK(check_config(config));
@@ -186,6 +185,11 @@ static pd_status channel_new(const pd_channel_config *config, pd_tp_role role, p
     if (!ch->sendq && !ch->arrived_headers) {
         free(ch);
         return PD_ERROR(PD_ENOMEM, "channel %u: out of host memory", config->channel_id);
+    }
+    s = pd_tp_slots_open(ch);
+    if (s != PD_OK) {
+        pd_channel_close(ch);
+        return s;
     }
     *out = ch;
     return PD_OK;
@@ -282,6 +286,16 @@ fail:
 const char *pd_channel_address(const pd_channel *ch) { return ch->address; }
 
 const char *pd_channel_backend(const pd_channel *ch) { return ch->backend ? ch->backend->name : "none"; }
+
+pd_slot_path pd_channel_slot_path(pd_channel *ch)
+{
+    pd_slot_path path;
+
+    pthread_mutex_lock(&ch->lock);
+    path = ch->slot_path;
+    pthread_mutex_unlock(&ch->lock);
+    return path;
+}
 
 /* The part of `address` for backend `name` ("tcp:h:p" -> "h:p"), or NULL. */
 static const char *address_part(const char *address, const char *name, char *buf, size_t size)
@@ -412,6 +426,7 @@ void pd_channel_close(pd_channel *ch)
         ops.unlisten(ch->listener[i]);
     }
     pd_tp_ring_destroy(ch);
+    pd_tp_slots_close(ch);
     free(ch->sendq);
     free(ch->arrived_headers);
     pthread_mutex_destroy(&ch->lock);
@@ -482,6 +497,8 @@ static pd_status progress_locked(pd_channel *ch)
             s = fall_back(ch, s);
         if (s != PD_OK)
             return pd_tp_fail(ch, s);
+        if (ch->ready)
+            pd_tp_slots_choose(ch);
     }
     if (!ch->ready && pd_tp_now_ns() > ch->setup_deadline_ns)
         return pd_tp_fail(ch, PD_ERROR(PD_ETIMEOUT, "channel %u: no authenticated peer within %d ms (%s%s%s%s)",
@@ -617,6 +634,9 @@ pd_status pd_channel_send(pd_channel *ch, const void *data, size_t bytes, const 
         goto out;
     }
     q = &ch->sendq[ch->posted % (uint64_t)ch->config.depth];
+    s = pd_tp_slots_stage_send(ch, ch->posted, data, bytes, &data);
+    if (s != PD_OK)
+        goto out;
     q->data = data;
     q->bytes = bytes;
     memset(&q->header, 0, sizeof(q->header));
@@ -669,7 +689,10 @@ pd_status pd_channel_register(pd_channel *ch, const void *data, size_t bytes)
     pd_status s = PD_OK;
 
     pthread_mutex_lock(&ch->lock);
-    if (ch->role != PD_TP_SENDER || ch->nregions == PD_TP_MAX_REGIONS)
+    if (ch->role == PD_TP_SENDER && ch->config.memory != PD_TRANSPORT_HOST)
+        s = PD_ERROR(PD_ENOTSUP, "channel %u: send buffers in device memory are staged, not registered",
+                     ch->config.channel_id);
+    else if (ch->role != PD_TP_SENDER || ch->nregions == PD_TP_MAX_REGIONS)
         s = PD_ERROR(PD_ESTATE, "channel %u: cannot register a send region (%s)", ch->config.channel_id,
                      ch->role != PD_TP_SENDER ? "receiving end" : "8 already");
     else if (!data || !bytes)
@@ -682,18 +705,21 @@ pd_status pd_channel_register(pd_channel *ch, const void *data, size_t bytes)
 
 static bool message_waiting(pd_channel *ch, uint64_t unused) { return ch->taken < ch->arrived; }
 
-/* Hands out the next arrived message (there is one). */
-static void take(pd_channel *ch, pd_channel_msg *msg)
+/* Hands out the next arrived message (there is one), in the slot memory
+ * (a failed copy to a device leaves it untaken). */
+static pd_status take(pd_channel *ch, pd_channel_msg *msg)
 {
     uint64_t slot = ch->taken % (uint64_t)ch->config.depth;
     const pd_tp_header *h = &ch->arrived_headers[slot];
 
-    msg->data = ch->slots + slot * ch->stride + sizeof(pd_tp_header);
+    PD_CHECK(pd_tp_slots_deliver(ch, ch->taken, ch->slots + slot * ch->stride + sizeof(pd_tp_header),
+                                 (size_t)h->bytes, &msg->data));
     msg->bytes = (size_t)h->bytes;
     msg->tag.minibatch = h->minibatch;
     msg->tag.kind = h->kind;
     msg->tag.version = h->version;
     msg->seq = ch->taken++;
+    return PD_OK;
 }
 
 pd_status pd_channel_recv(pd_channel *ch, pd_channel_msg *msg, bool *ready)
@@ -707,8 +733,8 @@ pd_status pd_channel_recv(pd_channel *ch, pd_channel_msg *msg, bool *ready)
     } else {
         s = progress_locked(ch);
         if (s == PD_OK && message_waiting(ch, 0)) {
-            take(ch, msg);
-            *ready = true;
+            s = take(ch, msg);
+            *ready = s == PD_OK;
         }
     }
     pthread_mutex_unlock(&ch->lock);
@@ -725,7 +751,7 @@ pd_status pd_channel_recv_wait(pd_channel *ch, pd_channel_msg *msg, int timeout_
     } else {
         s = message_waiting(ch, 0) ? PD_OK : wait_for(ch, message_waiting, 0, timeout_ms, "message");
         if (s == PD_OK)
-            take(ch, msg);
+            s = take(ch, msg);
     }
     pthread_mutex_unlock(&ch->lock);
     return s;

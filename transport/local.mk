@@ -10,7 +10,8 @@ transport_libpd_transport_la_SOURCES = \
 	transport/handshake.c \
 	transport/shm.c \
 	transport/tcp.c \
-	transport/set.c
+	transport/set.c \
+	transport/slots.c
 # MPI_Isend/MPI_Irecv between ranks of one job.
 if HAVE_MPI
 transport_libpd_transport_la_SOURCES += transport/mpi.c

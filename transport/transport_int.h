@@ -157,6 +157,12 @@ struct pd_channel {
     uint64_t arrived, taken, released;
     uint64_t last_minibatch[4];
     bool seen_kind[4];
+
+    /* Device memory (config.memory PD_TRANSPORT_DEVICE; slots.c). */
+    pd_slot_path slot_path; /* the path taken (HOST for host memory) */
+    bool slot_path_chosen;  /* chosen (and said) since the channel connected */
+    uint8_t *staging;       /* sender: depth pinned buffers of slot_bytes */
+    uint8_t *dev_slots;     /* receiver: depth device slots of slot_bytes */
 };
 
 /* The default table: every entry fails with PD_ENOTSUP naming itself. */
@@ -179,6 +185,27 @@ const pd_tp_backend *pd_tp_backend_find(const char *name);
 void pd_tp_set_notify(pd_channel_set *set);
 /* A channel of the set closes: the set forgets it. */
 void pd_tp_set_forget(pd_channel_set *set, const pd_channel *ch);
+
+/* Device memory (slots.c). Checks config.device for config.memory (a
+ * device with memory and pinned-memory entries); PD_EINVAL otherwise. */
+pd_status pd_tp_slots_check(const pd_channel_config *c);
+/* Allocates what the channel's memory needs: the sender's pinned staging
+ * (declared as a send region, so verbs writes from it directly), the
+ * receiver's device slots. Nothing for host memory. */
+pd_status pd_tp_slots_open(pd_channel *ch);
+/* Frees what pd_tp_slots_open allocated; never fails. */
+void pd_tp_slots_close(pd_channel *ch);
+/* The channel connected: chooses ch->slot_path from its backend and what
+ * this build offers, and says it in one log line for device memory. */
+void pd_tp_slots_choose(pd_channel *ch);
+/* Sender: makes the bytes of send `seq` from `data` ready for the
+ * backend; *out is where the backend reads them (data itself for host
+ * memory, else its staging buffer). */
+pd_status pd_tp_slots_stage_send(pd_channel *ch, uint64_t seq, const void *data, size_t bytes, const void **out);
+/* Receiver: the payload of message `seq` arrived at `payload` in the host
+ * ring; *out is where the caller gets it (payload itself for host memory,
+ * else its device slot, filled). */
+pd_status pd_tp_slots_deliver(pd_channel *ch, uint64_t seq, void *payload, size_t bytes, void **out);
 
 /* Records the channel's failure once (later calls return it again). */
 pd_status pd_tp_fail(pd_channel *ch, pd_status status);

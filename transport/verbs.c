@@ -59,8 +59,6 @@ static pd_status vb_listen(pd_channel *ch, void **listener, char *addr, size_t a
     vb_listener *l;
     pd_status s;
 
-    if (ch->config.memory != PD_TRANSPORT_HOST)
-        return PD_ERROR(PD_ENOTSUP, "verbs: slots in device memory are not supported by this build");
     PD_CHECK(pd_vb_find_address(ch->config.host, ip, sizeof(ip)));
     if (inet_pton(AF_INET, ip, &sa.sin_addr) != 1)
         return PD_ERROR(PD_EINVAL, "verbs: host '%s' is not an IPv4 address", ip);

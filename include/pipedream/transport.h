@@ -64,8 +64,44 @@ pd_status pd_transport_token_generate(pd_transport_token *out);
 /* Writes the token as 32 hexadecimal digits and a NUL into hex[33]. */
 void pd_transport_token_format(const pd_transport_token *token, char hex[33]);
 
-/* Where the slots live. Only host memory is built without CUDA. */
-typedef enum { PD_TRANSPORT_HOST = 0, PD_TRANSPORT_CUDA = 1 } pd_transport_memory;
+/* Where a channel's memory lives: the receiver's slots, the sender's send
+ * buffers. PD_TRANSPORT_DEVICE is the memory of config.device (a CUDA
+ * device in practice; PD_TRANSPORT_CUDA names the same value). */
+typedef enum {
+    PD_TRANSPORT_HOST = 0,
+    PD_TRANSPORT_DEVICE = 1,
+    PD_TRANSPORT_CUDA = PD_TRANSPORT_DEVICE,
+} pd_transport_memory;
+
+/* How a channel reaches memory of a device: the choice is explicit,
+ * reported by pd_channel_slot_path() and, for device memory, in the
+ * channel's log line once it is connected. docs/transport.md, "Device
+ * memory". */
+typedef enum {
+    PD_SLOT_PATH_HOST = 0,     /* host memory: the backend moves the bytes, no device involved */
+    PD_SLOT_PATH_STAGED = 1,   /* any backend: the bytes cross pinned host memory, one copy per end */
+    PD_SLOT_PATH_CUDA_IPC = 2, /* shm: the sender writes the receiver's GPU slots through a CUDA IPC handle */
+    PD_SLOT_PATH_DMABUF = 3,   /* verbs: GPU slots registered with ibv_reg_dmabuf_mr (GPUDirect RDMA) */
+    PD_SLOT_PATH_PEERMEM = 4,  /* verbs: GPU slots registered with ibv_reg_mr (nvidia-peermem) */
+} pd_slot_path;
+
+/* What a build and machine offer for device memory beyond staging (bit
+ * flags for pd_transport_slot_path). */
+typedef enum {
+    PD_SLOT_CAN_CUDA_IPC = 1, /* CUDA IPC handles between the ranks of a node */
+    PD_SLOT_CAN_DMABUF = 2,   /* a dmabuf fd of device memory and ibv_reg_dmabuf_mr */
+    PD_SLOT_CAN_PEERMEM = 4,  /* ibv_reg_mr accepts device pointers */
+} pd_slot_capability;
+
+/* The path a channel over `backend` ("shm", "verbs", "tcp", "mpi") takes
+ * to memory `memory` given the capabilities `caps` found: host memory is
+ * always PD_SLOT_PATH_HOST; device memory takes, in this order, shm: CUDA
+ * IPC; verbs: dmabuf, then peermem; and staging when none applies (tcp,
+ * mpi, or nothing found). A pure function. */
+pd_slot_path pd_transport_slot_path(const char *backend, pd_transport_memory memory, unsigned caps);
+
+/* "host", "staged", "cuda-ipc", "dmabuf", "peermem"; "?" for others. */
+const char *pd_slot_path_name(pd_slot_path path);
 
 /* What a message is, as the schedule names it. */
 typedef enum {
@@ -87,7 +123,9 @@ typedef struct pd_channel_config {
     uint32_t channel_id;              /* both ends give the same id; checked at set-up */
     int depth;                        /* receive slots, 1..1024 */
     size_t slot_bytes;                /* payload capacity of one slot, 1 byte..4 GiB */
-    pd_transport_memory memory;       /* receiver: where the slots live */
+    pd_transport_memory memory;       /* receiver: where the slots live; sender: where send buffers live */
+    struct pd_device *device;         /* memory == PD_TRANSPORT_DEVICE: its device (kernels.h), used by the
+                                       * thread that sends or receives, open until the channel closes */
     const pd_transport_token *token;  /* required; copied */
     const char *backends;             /* comma-separated preference, NULL for the default */
     const char *host;                 /* receiver, tcp: address to bind and advertise (NULL: this host's first non-loopback IPv4, else 127.0.0.1) */
@@ -96,7 +134,7 @@ typedef struct pd_channel_config {
 
 /* A received message: valid from pd_channel_recv() until its release. */
 typedef struct pd_channel_msg {
-    void *data;       /* the slot's payload, in the receiver's slot memory */
+    void *data;       /* the slot's payload, in the receiver's slot memory (config.memory) */
     size_t bytes;     /* checked <= slot_bytes */
     pd_msg_tag tag;
     uint64_t seq;     /* position of the message in the channel, from 0 */
@@ -133,6 +171,12 @@ void pd_channel_close(pd_channel *ch);
  * sender's may change until it is connected (falling back). */
 const char *pd_channel_backend(const pd_channel *ch);
 
+/* How this end reaches its memory (config.memory): PD_SLOT_PATH_HOST for
+ * host memory; for device memory the path its backend took once
+ * connected (PD_SLOT_PATH_STAGED before). Each end chooses its own path:
+ * the messages on the wire are the same. */
+pd_slot_path pd_channel_slot_path(pd_channel *ch);
+
 /* Advances set-up, transfers and credits without blocking. Returns the
  * channel's failure (PD_ECOMM: protocol violation, wrong token, peer gone;
  * PD_ETIMEOUT: set-up deadline passed) once it has failed; then every later
@@ -150,7 +194,9 @@ pd_status pd_channel_wait_connected(pd_channel *const *chs, int n, int timeout_m
  * `tag`, and returns its sequence number in *seq. Does not block: the
  * message leaves when a credit is free. `data` must stay unchanged until
  * pd_channel_send_done() says so. PD_ESTATE when `depth` sends are already
- * posted and not done. */
+ * posted and not done. With config.memory PD_TRANSPORT_DEVICE `data` is
+ * memory of config.device; on the staged path it is copied into pinned
+ * host memory before this returns (then `data` is free at once). */
 pd_status pd_channel_send(pd_channel *ch, const void *data, size_t bytes, const pd_msg_tag *tag, uint64_t *seq);
 
 /* Whether send `seq` has completed (its buffer may be reused). Progresses. */
@@ -165,7 +211,8 @@ pd_status pd_channel_send_wait(pd_channel *ch, uint64_t seq, int timeout_ms);
  * from inside it may leave without a copy: verbs registers it once and
  * writes from it directly, and such a send is done only when the receiver
  * has it. Sends from other memory are copied. PD_ESTATE on a receiving
- * end or beyond 8 regions. */
+ * end or beyond 8 regions; PD_ENOTSUP on a sender whose memory is a
+ * device's (its staging memory is registered by the channel itself). */
 pd_status pd_channel_register(pd_channel *ch, const void *data, size_t bytes);
 
 /* Takes the next message if one has arrived (*ready true) without
