@@ -79,6 +79,11 @@ typedef struct pd_pipeline_options {
      * the all-reduce, as PipeDream's data-parallel stages do. */
     bool overlap_allreduce;
     const char *backends;     /* transport preference; NULL: $PD_TRANSPORT or the default */
+    /* A thread per rank that progresses its channels (sends leave and
+     * messages land while the rank computes) and sleeps on their
+     * descriptors while idle: > 0 on, < 0 off, 0 the default (on). Never
+     * with channels on the mpi backend (MPI is single-threaded here). */
+    int progress_thread;
     int timeout_ms;           /* longest wait for a peer before failing; <= 0: 20000 */
     /* Every rank prints a progress line on stderr this often (minibatches,
      * samples/s, the last stage's loss and accuracy, time spent waiting

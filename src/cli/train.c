@@ -97,6 +97,7 @@ enum {
     OPT_BIND,
     OPT_WEIGHT_VERSIONS,
     OPT_ACCUMULATE,
+    OPT_PROGRESS_THREAD,
 };
 
 static double now_seconds(void)
@@ -346,6 +347,7 @@ static int parse_args(int argc, char **argv, train_args *a)
         {"bind", required_argument, NULL, OPT_BIND},
         {"weight-versions", required_argument, NULL, OPT_WEIGHT_VERSIONS},
         {"accumulate", required_argument, NULL, OPT_ACCUMULATE},
+        {"progress-thread", required_argument, NULL, OPT_PROGRESS_THREAD},
         {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -425,6 +427,7 @@ static int parse_args(int argc, char **argv, train_args *a)
         case OPT_LEVELS: a->pipeline.levels = optarg; break;
         case OPT_OVERLAP_ALLREDUCE: a->pipeline.overlap_allreduce = true; break;
         case OPT_BIND: a->pipeline.bind = optarg; break;
+        case OPT_PROGRESS_THREAD: a->pipeline.progress_thread = optarg; break;
         case OPT_VERTICAL_SYNC: a->pipeline.vertical_sync = true; break;
         case OPT_MICROBATCHES:
             bad = pd_cli_parse_int64("--microbatches", optarg, 1, 1 << 20, &a->pipeline.microbatches);

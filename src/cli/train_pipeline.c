@@ -56,6 +56,9 @@ void pd_cli_train_pipeline_usage(FILE *out)
             "  --progress-every S     every rank prints a progress line every S seconds\n"
             "                         (default 10): samples/s, loss and accuracy (last\n"
             "                         stage), seconds spent waiting for each peer\n"
+            "  --progress-thread on|off  on (default): a thread per rank progresses its\n"
+            "                         channels while the rank computes (not with the mpi\n"
+            "                         transport); off: only the compute thread does\n"
             "  --steps (a multiple of every stage's replicas) or --epochs (each rounded\n"
             "  down to such a multiple); the test split is evaluated through the pipeline\n"
             "  after every epoch, every --eval-every steps and at the end; rank 0 writes\n"
@@ -150,6 +153,10 @@ static int check_args(pd_trainer_options *t, const pd_cli_pipeline_args *pa, pd_
         pd_cli_error("train: --accumulate is for --weight-versions 2 (PipeDream-2BW)");
         return PD_CLI_USAGE;
     }
+    if (pa->progress_thread && strcmp(pa->progress_thread, "on") != 0 && strcmp(pa->progress_thread, "off") != 0) {
+        pd_cli_error("train: --progress-thread '%s': expected on or off", pa->progress_thread);
+        return PD_CLI_USAGE;
+    }
     *o = (pd_pipeline_options){
         .train = *t,
         .plan_path = automatic ? "auto" : pa->plan,
@@ -164,6 +171,7 @@ static int check_args(pd_trainer_options *t, const pd_cli_pipeline_args *pa, pd_
         .timeout_ms = (int)(pa->timeout * 1000),
         .progress_seconds = pa->quiet ? -1.0 : pa->progress,
         .bind = pa->bind,
+        .progress_thread = !pa->progress_thread ? 0 : strcmp(pa->progress_thread, "on") == 0 ? 1 : -1,
     };
     if (pa->schedule && pd_sched_type_parse(pa->schedule, &o->schedule) != PD_OK) {
         pd_cli_error("train: --schedule: %s", pd_last_error());

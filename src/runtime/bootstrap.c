@@ -29,8 +29,11 @@ pd_status pd_boot_init(pd_boot *b)
     int initialised = 0;
     MPI_Initialized(&initialised);
     if (!initialised) {
-        if (MPI_Init(NULL, NULL) != MPI_SUCCESS)
-            return PD_ERROR(PD_ECOMM, "pipeline: MPI_Init failed");
+        /* Funneled: only this thread calls MPI; the progress thread
+         * (progress_thread.c) and the watchdog never do. */
+        int provided;
+        if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+            return PD_ERROR(PD_ECOMM, "pipeline: MPI_Init_thread failed");
         b->mpi_initialised_here = true;
     }
     MPI_Comm_rank(MPI_COMM_WORLD, &b->rank);

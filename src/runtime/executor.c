@@ -45,9 +45,11 @@ static pd_status peer_failed(const pd_pipeline *p, int peer, pd_status s)
                     p->stage, peer, peer_stage(p, peer), cause);
 }
 
+/* Progresses the channels (unless the progress thread does) and the
+ * pending all-reduce. */
 static pd_status progress_all(pd_pipeline *p)
 {
-    for (int i = 0; i < p->boot.n_channels; i++) {
+    for (int i = 0; !pd_progress_thread_live(p) && i < p->boot.n_channels; i++) {
         pd_status s = pd_channel_progress(p->boot.channels[i].ch);
         if (s != PD_OK)
             return peer_failed(p, p->boot.channels[i].peer, s);
@@ -62,10 +64,19 @@ static pd_status progress_all(pd_pipeline *p)
     return PD_OK;
 }
 
-/* Between polls: spin briefly, then sleep a little. */
-static void pause_poll(int *polls)
+/* Before looking at a channel: what the progress thread has seen (0
+ * without it). */
+static uint64_t events_seen(pd_pipeline *p) { return pd_progress_thread_live(p) ? pd_progress_thread_events(p) : 0; }
+
+/* Between polls: with the progress thread, sleep until it sees an event
+ * after `seen` (at most 100 ms: deadlines); without it, or while an
+ * all-reduce is pending (only this thread may test it), spin briefly,
+ * then sleep a little. */
+static void pause_poll(pd_pipeline *p, int *polls, uint64_t seen)
 {
-    if (++*polls < 200)
+    if (++*polls > 1 && pd_progress_thread_live(p) && !p->allreduce_pending)
+        pd_progress_thread_sleep(p, seen, 100);
+    else if (*polls < 200)
         sched_yield();
     else
         usleep(50);
@@ -96,6 +107,7 @@ static pd_status wait_message(pd_pipeline *p, int peer, pd_msg_kind kind, int mb
         return PD_ERROR(PD_ESTATE, "pipeline: rank %d has no channel from rank %d", p->boot.rank, peer);
     for (;;) {
         bool ready;
+        const uint64_t seen = events_seen(p);
         pd_status s = pd_channel_recv(c->ch, msg, &ready);
         if (s != PD_OK)
             return peer_failed(p, peer, s);
@@ -104,7 +116,7 @@ static pd_status wait_message(pd_pipeline *p, int peer, pd_msg_kind kind, int mb
         PD_CHECK(progress_all(p));
         if (now_seconds() > deadline)
             return timed_out(p, peer, kind == PD_MSG_ACTIVATION ? "an activation from" : "a gradient from");
-        pause_poll(&polls);
+        pause_poll(p, &polls, seen);
     }
     if (polls)
         c->wait_s += now_seconds() - (deadline - p->opts.timeout_ms / 1000.0);
@@ -123,6 +135,7 @@ static pd_status wait_send(pd_pipeline *p, pd_peer_channel *c, uint64_t seq)
 
     for (;;) {
         bool done;
+        const uint64_t seen = events_seen(p);
         pd_status s = pd_channel_send_done(c->ch, seq, &done);
         if (s != PD_OK)
             return peer_failed(p, c->peer, s);
@@ -131,7 +144,7 @@ static pd_status wait_send(pd_pipeline *p, pd_peer_channel *c, uint64_t seq)
         PD_CHECK(progress_all(p));
         if (now_seconds() > deadline)
             return timed_out(p, c->peer, "a free slot at");
-        pause_poll(&polls);
+        pause_poll(p, &polls, seen);
     }
     if (polls)
         c->wait_s += now_seconds() - (deadline - p->opts.timeout_ms / 1000.0);
@@ -331,7 +344,7 @@ static pd_status step(pd_pipeline *p, const pd_sched_action *a)
         if (p->allreduce_pending && now_seconds() > deadline)
             return PD_ERROR(PD_ETIMEOUT, "pipeline: rank %d (stage %d): the replicas' all-reduce did not finish in "
                                          "%.0f s", p->boot.rank, p->stage, p->opts.timeout_ms / 1000.0);
-        pause_poll(&polls);
+        pause_poll(p, &polls, events_seen(p));
     }
     if (polls)
         p->progress.allreduce_wait_s += now_seconds() - start;

@@ -14,6 +14,7 @@ src_runtime_libpd_runtime_la_SOURCES = \
 	src/runtime/segments.c \
 	src/runtime/run.c \
 	src/runtime/progress.c \
+	src/runtime/progress_thread.c \
 	src/runtime/pipeline_checkpoint.c \
 	src/runtime/flight.c \
 	src/runtime/watchdog.c \

@@ -315,6 +315,25 @@ pd_status pd_watchdog_start(pd_pipeline *p);
 /* Stops and joins it; nothing when it does not run. */
 void pd_watchdog_stop(pd_pipeline *p);
 
+/* ---- progress_thread.c: communication beside compute ---- */
+
+/* After the channels are connected: unless opts.progress_thread < 0, no
+ * channel or a channel on the mpi backend, starts the thread that
+ * progresses every channel of the rank and sleeps on their descriptors
+ * while idle. */
+pd_status pd_progress_thread_start(pd_pipeline *p);
+/* Whether it runs and still serves the channels (it stops itself when a
+ * channel fails; the compute thread then progresses them again). */
+bool pd_progress_thread_live(const pd_pipeline *p);
+/* The events it has seen so far (take before looking at a channel). */
+uint64_t pd_progress_thread_events(pd_pipeline *p);
+/* Sleeps until it sees an event after `seen`, stops serving, or `ms`
+ * pass. Only while pd_progress_thread_live(). */
+void pd_progress_thread_sleep(pd_pipeline *p, uint64_t seen, int ms);
+/* Stops and joins it, before the channels close; nothing when it does not
+ * run. */
+void pd_progress_thread_stop(pd_pipeline *p);
+
 /* ---- the pipeline rank (pipeline.c creates it, run.c and executor.c run it) ---- */
 
 struct pd_pipeline {
@@ -371,6 +390,13 @@ struct pd_pipeline {
     pthread_t watchdog;
     bool watchdog_running;
     atomic_bool watchdog_stop;
+    pd_channel_set *comm_set; /* progress_thread.c: the rank's channels */
+    pthread_t comm_thread;
+    bool comm_running;        /* started (and not joined yet) */
+    atomic_bool comm_stop, comm_live; /* live: it still serves (not stopped by a failed channel) */
+    pthread_mutex_t comm_lock; /* guards comm_events */
+    pthread_cond_t comm_cond;  /* broadcast when comm_events grows or the thread ends */
+    uint64_t comm_events;      /* set waits that reported an event */
     pd_pipeline_result result;
     bool ran;
 };

@@ -407,6 +407,7 @@ pd_status pd_pipeline_create(const pd_pipeline_options *opts, pd_pipeline **out)
     if (p->stage >= 0)
         PD_CHECK_GOTO(make_stage(p), s, fail);
     PD_CHECK_GOTO(make_channels(p), s, fail);
+    PD_CHECK_GOTO(pd_progress_thread_start(p), s, fail);
     PD_CHECK_GOTO(pd_watchdog_start(p), s, fail);
     PD_LOG_DEBUGF("pipeline rank %d: stage %d replica %d, %d nodes, %zu weights, %d channels, %d segments",
                   p->boot.rank, p->stage, p->replica, p->st.n_nodes, p->st.n_weights, p->boot.n_channels,
@@ -463,6 +464,7 @@ void pd_pipeline_destroy(pd_pipeline *p)
     if (!p)
         return;
     pd_watchdog_stop(p);
+    pd_progress_thread_stop(p); /* before the channels close */
     for (int i = 0; p->pins && i < p->n_pins; i++)
         if (p->pin_mb[i] >= 0)
             pd_weight_ring_unpin(p->ver.ring, &p->pins[i]);
