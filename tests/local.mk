@@ -24,6 +24,9 @@ tests_backend_ops_test_backend_ops_SOURCES = \
 tests_backend_ops_test_backend_ops_LDADD = $(TEST_LDADD)
 TESTS += tests/backend_ops/test_backend_ops
 
+# Plain TAP, for the programs below that build without cmocka.
+noinst_HEADERS += tests/unit/test_tap.h
+
 # The CUDA entries against the CPU's (plain TAP; skips without a GPU).
 check_PROGRAMS += tests/unit/test_cuda_ops
 tests_unit_test_cuda_ops_LDADD = $(TEST_LDADD)

@@ -19,27 +19,10 @@
 
 #include <pipedream.h>
 
+#include "test_tap.h"
+
 static pd_device *cpu, *dut; /* dut: the device under test */
 static bool dut_is_cuda;
-static int cases, failures;
-
-static void ok(bool pass, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void ok(bool pass, const char *fmt, ...)
-{
-    va_list ap;
-
-    printf("%s %d - ", pass ? "ok" : "not ok", ++cases);
-    va_start(ap, fmt);
-    vprintf(fmt, ap);
-    va_end(ap);
-    printf("\n");
-    if (!pass) {
-        failures++;
-        printf("# last error: %s\n", pd_last_error());
-    }
-    fflush(stdout);
-}
-
 /* A setup step that must work: otherwise nothing after it means anything. */
 #define MUST(expr)                                                                            \
     do {                                                                                      \
@@ -433,7 +416,7 @@ static void check_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float 
     buffer_make(&gc, dut, PD_F32, m * ldc, 0, c);
     s = dut->ops->gemm(dut, ta, tb, m, n, k, alpha, ga.t.data, lda, gb.t.data, ldb, beta, gc.t.data, ldc);
     if (s == PD_ENOTSUP) {
-        printf("ok %d - gemm # SKIP %s\n", ++cases, pd_last_error());
+        printf("ok %d - gemm # SKIP %s\n", ++tap_cases, pd_last_error());
         goto done;
     }
     got = to_host(&gc.t);
@@ -601,7 +584,7 @@ static void check_training_steps(void)
             MUST(dut->ops->memory_stats(dut, &warm));
     }
     if (s == PD_ENOTSUP) {
-        printf("ok %d - lenet training steps # SKIP %s\n", ++cases, pd_last_error());
+        printf("ok %d - lenet training steps # SKIP %s\n", ++tap_cases, pd_last_error());
     } else {
         MUST(dut->ops->memory_stats(dut, &after));
         ok(s == PD_OK && after.raw_allocs == warm.raw_allocs && after.allocs == warm.allocs,
@@ -1102,8 +1085,8 @@ int main(void)
     check_precision();
 
     ok(dut->mem->synchronize(dut) == PD_OK, "no asynchronous fault on the stream");
-    printf("1..%d\n", cases);
+    printf("1..%d\n", tap_cases);
     pd_device_close(dut);
     pd_device_close(cpu);
-    return failures ? 1 : 0;
+    return tap_failures ? 1 : 0;
 }

@@ -18,42 +18,12 @@
 
 #include <pipedream.h>
 
+#include "test_tap.h"
+
 #define DEPTH 3
 #define SLOT_BYTES (((size_t)1 << 20) + 3)
 #define MESSAGES 7
 #define TIMEOUT_MS 20000
-
-static int cases, failures;
-
-static void ok(bool pass, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void ok(bool pass, const char *fmt, ...)
-{
-    va_list ap;
-
-    printf("%s %d - ", pass ? "ok" : "not ok", ++cases);
-    va_start(ap, fmt);
-    vprintf(fmt, ap);
-    va_end(ap);
-    printf("\n");
-    if (!pass) {
-        failures++;
-        printf("# last error: %s\n", pd_last_error());
-    }
-    fflush(stdout);
-}
-
-static void skip(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void skip(const char *fmt, ...)
-{
-    va_list ap;
-
-    printf("ok %d # SKIP ", ++cases);
-    va_start(ap, fmt);
-    vprintf(fmt, ap);
-    va_end(ap);
-    printf("\n");
-    fflush(stdout);
-}
 
 /* Message i: its size and its bytes. */
 static size_t msg_bytes(int i)
@@ -292,6 +262,6 @@ int main(int argc, char **argv)
         run_pair("/proc/self/exe", devices[d], "shm");
         run_pair("/proc/self/exe", devices[d], "tcp");
     }
-    printf("1..%d\n", cases);
-    return failures ? 1 : 0;
+    printf("1..%d\n", tap_cases);
+    return tap_failures ? 1 : 0;
 }
