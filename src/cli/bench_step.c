@@ -24,10 +24,8 @@
 #define BENCH_MOMENTUM 0.9f
 
 typedef struct step_args {
-    const char *model, *device, *precision;
+    pd_cli_model_args m;
     pd_precision math; /* parsed --precision */
-    int64_t batch, channels, height, width, classes, warmup, iterations, seed;
-    double width_mult;
 } step_args;
 
 /* What a run keeps; released by release(). */
@@ -40,21 +38,6 @@ typedef struct step_run {
     double *step_ms;
     double setup_ms; /* device open to the first step */
 } step_run;
-
-enum {
-    OPT_MODEL = 256,
-    OPT_BATCH,
-    OPT_CHANNELS,
-    OPT_HEIGHT,
-    OPT_WIDTH,
-    OPT_CLASSES,
-    OPT_WIDTH_MULT,
-    OPT_DEVICE,
-    OPT_PRECISION,
-    OPT_WARMUP,
-    OPT_ITERATIONS,
-    OPT_SEED,
-};
 
 static double now_ms(void)
 {
@@ -107,61 +90,30 @@ static void usage(FILE *out)
 static int parse_args(int argc, char **argv, step_args *a)
 {
     static const struct option options[] = {
-        {"model", required_argument, NULL, OPT_MODEL},
-        {"batch", required_argument, NULL, OPT_BATCH},
-        {"batch-size", required_argument, NULL, OPT_BATCH},
-        {"channels", required_argument, NULL, OPT_CHANNELS},
-        {"height", required_argument, NULL, OPT_HEIGHT},
-        {"width", required_argument, NULL, OPT_WIDTH},
-        {"classes", required_argument, NULL, OPT_CLASSES},
-        {"width-mult", required_argument, NULL, OPT_WIDTH_MULT},
-        {"device", required_argument, NULL, OPT_DEVICE},
-        {"precision", required_argument, NULL, OPT_PRECISION},
-        {"warmup", required_argument, NULL, OPT_WARMUP},
-        {"iterations", required_argument, NULL, OPT_ITERATIONS},
-        {"seed", required_argument, NULL, OPT_SEED},
+        PD_CLI_MODEL_OPTIONS,
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    const int64_t dim_max = 1 << 16;
     int c, bad = 0;
 
-    *a = (step_args){
-        .device = "cpu",
-        .precision = "f32",
-        .batch = 64,
-        .channels = 3,
-        .height = 224,
-        .width = 224,
-        .classes = 1000,
-        .warmup = DEFAULT_WARMUP,
-        .iterations = DEFAULT_ITERATIONS,
-        .seed = 1,
-        .width_mult = 1.0,
-    };
+    *a = (step_args){.m = {
+                         .device = "cpu",
+                         .precision = "f32",
+                         .batch = 64,
+                         .channels = 3,
+                         .height = 224,
+                         .width = 224,
+                         .classes = 1000,
+                         .warmup = DEFAULT_WARMUP,
+                         .iterations = DEFAULT_ITERATIONS,
+                         .seed = 1,
+                         .width_mult = 1.0,
+                     }};
     opterr = 0;
     while (!bad && (c = getopt_long(argc, argv, ":h", options, NULL)) != -1) {
+        if (pd_cli_model_option("bench step", c, optarg, &a->m, &bad))
+            continue;
         switch (c) {
-        case OPT_MODEL: a->model = optarg; break;
-        case OPT_BATCH: bad = pd_cli_parse_int64("bench step: --batch", optarg, 1, dim_max, &a->batch); break;
-        case OPT_CHANNELS:
-            bad = pd_cli_parse_int64("bench step: --channels", optarg, 1, dim_max, &a->channels);
-            break;
-        case OPT_HEIGHT: bad = pd_cli_parse_int64("bench step: --height", optarg, 1, dim_max, &a->height); break;
-        case OPT_WIDTH: bad = pd_cli_parse_int64("bench step: --width", optarg, 1, dim_max, &a->width); break;
-        case OPT_CLASSES:
-            bad = pd_cli_parse_int64("bench step: --classes", optarg, 2, 1 << 24, &a->classes);
-            break;
-        case OPT_WIDTH_MULT:
-            bad = pd_cli_parse_double("bench step: --width-mult", optarg, 1e-3, 64, &a->width_mult);
-            break;
-        case OPT_DEVICE: a->device = optarg; break;
-        case OPT_PRECISION: a->precision = optarg; break;
-        case OPT_WARMUP: bad = pd_cli_parse_int64("bench step: --warmup", optarg, 0, 1000000, &a->warmup); break;
-        case OPT_ITERATIONS:
-            bad = pd_cli_parse_int64("bench step: --iterations", optarg, 1, 1000000, &a->iterations);
-            break;
-        case OPT_SEED: bad = pd_cli_parse_int64("bench step: --seed", optarg, 0, INT64_MAX, &a->seed); break;
         case 'h': usage(stdout); return PD_CLI_OK;
         default: pd_cli_option_error("bench step", c, argv, optind); return PD_CLI_USAGE;
         }
@@ -172,19 +124,19 @@ static int parse_args(int argc, char **argv, step_args *a)
         pd_cli_error("bench step: unexpected argument '%s' (see 'pipedream bench step --help')", argv[optind]);
         return PD_CLI_USAGE;
     }
-    if (!a->model) {
+    if (!a->m.model) {
         pd_cli_error("bench step: --model is needed (see 'pipedream bench step --help')");
         return PD_CLI_USAGE;
     }
-    if (!pd_model_description(a->model)) {
-        pd_cli_error("bench step: --model: unknown model '%s' (see 'pipedream models')", a->model);
+    if (!pd_model_description(a->m.model)) {
+        pd_cli_error("bench step: --model: unknown model '%s' (see 'pipedream models')", a->m.model);
         return PD_CLI_USAGE;
     }
-    if (strcmp(a->model, "s2vt") == 0) {
+    if (strcmp(a->m.model, "s2vt") == 0) {
         pd_cli_error("bench step: --model s2vt reads captions, not images; bench step times image models");
         return PD_CLI_USAGE;
     }
-    if (pd_cli_parse_precision("bench step", a->precision, a->device, &a->math) != 0)
+    if (pd_cli_parse_precision("bench step", a->m.precision, a->m.device, &a->math) != 0)
         return PD_CLI_USAGE;
     return -1;
 }
@@ -243,7 +195,7 @@ static int compare_doubles(const void *a, const void *b)
 
 static void print_result(const step_args *a, step_run *r, const pd_device_memory_stats *memory, float loss)
 {
-    const int64_t n = a->iterations;
+    const int64_t n = a->m.iterations;
     double median;
 
     qsort(r->step_ms, (size_t)n, sizeof(*r->step_ms), compare_doubles);
@@ -252,10 +204,10 @@ static void print_result(const step_args *a, step_run *r, const pd_device_memory
            "\"channels\":%lld,\"height\":%lld,\"width\":%lld,\"classes\":%lld,\"width_mult\":%g,\"parameters\":%lld,"
            "\"warmup\":%lld,\"iterations\":%lld,\"ms_per_step_median\":%.4f,\"ms_per_step_min\":%.4f,"
            "\"ms_per_step_max\":%.4f,\"samples_per_s\":%.2f,\"peak_device_bytes\":%llu,\"setup_s\":%.3f,\"loss\":",
-           a->model, r->dev->name, a->precision, (long long)a->batch, (long long)a->channels, (long long)a->height,
-           (long long)a->width, (long long)a->classes, a->width_mult, (long long)pd_graph_param_count(r->g),
-           (long long)a->warmup, (long long)n, median, r->step_ms[0], r->step_ms[n - 1],
-           median > 0 ? (double)a->batch * 1e3 / median : 0.0, (unsigned long long)memory->peak_bytes_in_use,
+           a->m.model, r->dev->name, a->m.precision, (long long)a->m.batch, (long long)a->m.channels,
+           (long long)a->m.height, (long long)a->m.width, (long long)a->m.classes, a->m.width_mult, (long long)pd_graph_param_count(r->g),
+           (long long)a->m.warmup, (long long)n, median, r->step_ms[0], r->step_ms[n - 1],
+           median > 0 ? (double)a->m.batch * 1e3 / median : 0.0, (unsigned long long)memory->peak_bytes_in_use,
            r->setup_ms * 1e-3);
     if (isfinite(loss))
         printf("%.6g}\n", (double)loss);
@@ -267,12 +219,12 @@ static void print_result(const step_args *a, step_run *r, const pd_device_memory
 static int run(const step_args *a)
 {
     const pd_model_options m = {
-        .batch = (int)a->batch,
-        .channels = (int)a->channels,
-        .height = (int)a->height,
-        .width = (int)a->width,
-        .classes = (int)a->classes,
-        .width_multiplier = (float)a->width_mult,
+        .batch = (int)a->m.batch,
+        .channels = (int)a->m.channels,
+        .height = (int)a->m.height,
+        .width = (int)a->m.width,
+        .classes = (int)a->m.classes,
+        .width_multiplier = (float)a->m.width_mult,
     };
     const pd_sgd_desc sgd = {.lr = BENCH_LR, .momentum = BENCH_MOMENTUM};
     const double setup_start = now_ms();
@@ -282,11 +234,11 @@ static int run(const step_args *a)
     pd_status s;
     int code = PD_CLI_OK;
 
-    if (!(r.step_ms = malloc((size_t)a->iterations * sizeof(*r.step_ms)))) {
+    if (!(r.step_ms = malloc((size_t)a->m.iterations * sizeof(*r.step_ms)))) {
         pd_cli_error("bench step: out of host memory");
         return PD_CLI_FAILURE;
     }
-    if ((s = pd_device_open(a->device, &r.dev)) != PD_OK) {
+    if ((s = pd_device_open(a->m.device, &r.dev)) != PD_OK) {
         code = pd_cli_fail("bench step: --device", s);
         goto release;
     }
@@ -296,23 +248,23 @@ static int run(const step_args *a)
     }
     if ((s = r.dev->ops->event_create(r.dev, &r.start)) != PD_OK ||
         (s = r.dev->ops->event_create(r.dev, &r.stop)) != PD_OK ||
-        (s = pd_graph_create(r.dev, (uint64_t)a->seed, &r.g)) != PD_OK ||
-        (s = pd_model_build(a->model, r.g, &m, &r.io)) != PD_OK ||
+        (s = pd_graph_create(r.dev, (uint64_t)a->m.seed, &r.g)) != PD_OK ||
+        (s = pd_model_build(a->m.model, r.g, &m, &r.io)) != PD_OK ||
         (s = pd_graph_set_precision(r.g, a->math)) != PD_OK || (s = pd_graph_allocate(r.g)) != PD_OK ||
         (s = pd_optimizer_create_sgd(r.g, &sgd, &r.opt)) != PD_OK ||
-        (s = fill_minibatch(&r, (uint64_t)a->seed + 1)) != PD_OK) {
+        (s = fill_minibatch(&r, (uint64_t)a->m.seed + 1)) != PD_OK) {
         code = pd_cli_fail("bench step", s);
         goto release;
     }
     r.setup_ms = now_ms() - setup_start;
-    for (int64_t step = 0; step < a->warmup + a->iterations; step++) {
+    for (int64_t step = 0; step < a->m.warmup + a->m.iterations; step++) {
         double ms;
         if ((s = train_step(&r, step, &ms)) != PD_OK) {
-            code = pd_cli_fail(step < a->warmup ? "bench step: warm-up" : "bench step", s);
+            code = pd_cli_fail(step < a->m.warmup ? "bench step: warm-up" : "bench step", s);
             goto release;
         }
-        if (step >= a->warmup)
-            r.step_ms[step - a->warmup] = ms;
+        if (step >= a->m.warmup)
+            r.step_ms[step - a->m.warmup] = ms;
     }
     if ((s = pd_tensor_copy_to_host(pd_graph_output(r.g, r.io.loss), &loss, sizeof(loss))) != PD_OK ||
         (s = r.dev->ops->memory_stats(r.dev, &memory)) != PD_OK) {

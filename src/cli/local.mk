@@ -12,6 +12,7 @@ src_cli_pipedream_SOURCES = \
 	src/cli/simulate.c \
 	src/cli/bench_transport.c \
 	src/cli/bench_step.c \
+	src/cli/model_options.c \
 	src/cli/transport_measure.h \
 	src/cli/transport_measure.c \
 	src/cli/topo_measure.c

@@ -44,6 +44,49 @@ int pd_cli_parse_cost_model(const char *verb, const char *text, pd_plan_cost_mod
  * else print one line naming `verb` and return -1; 0 on success. */
 int pd_cli_parse_precision(const char *verb, const char *text, const char *device, pd_precision *out);
 
+/* The options naming a model, its input and how it is timed, shared by
+ * `profile` and `bench step` (model_options.c): getopt_long values, the
+ * table entries and the parsed values. */
+enum {
+    PD_CLI_MODEL_OPT_MODEL = 256,
+    PD_CLI_MODEL_OPT_BATCH,
+    PD_CLI_MODEL_OPT_CHANNELS,
+    PD_CLI_MODEL_OPT_HEIGHT,
+    PD_CLI_MODEL_OPT_WIDTH,
+    PD_CLI_MODEL_OPT_CLASSES,
+    PD_CLI_MODEL_OPT_WIDTH_MULT,
+    PD_CLI_MODEL_OPT_DEVICE,
+    PD_CLI_MODEL_OPT_PRECISION,
+    PD_CLI_MODEL_OPT_WARMUP,
+    PD_CLI_MODEL_OPT_ITERATIONS,
+    PD_CLI_MODEL_OPT_SEED,
+    PD_CLI_MODEL_OPT_END, /* a verb's own options start here */
+};
+#define PD_CLI_MODEL_OPTIONS                                              \
+    {"model", required_argument, NULL, PD_CLI_MODEL_OPT_MODEL},           \
+    {"batch", required_argument, NULL, PD_CLI_MODEL_OPT_BATCH},           \
+    {"batch-size", required_argument, NULL, PD_CLI_MODEL_OPT_BATCH},      \
+    {"channels", required_argument, NULL, PD_CLI_MODEL_OPT_CHANNELS},     \
+    {"height", required_argument, NULL, PD_CLI_MODEL_OPT_HEIGHT},         \
+    {"width", required_argument, NULL, PD_CLI_MODEL_OPT_WIDTH},           \
+    {"classes", required_argument, NULL, PD_CLI_MODEL_OPT_CLASSES},       \
+    {"width-mult", required_argument, NULL, PD_CLI_MODEL_OPT_WIDTH_MULT}, \
+    {"device", required_argument, NULL, PD_CLI_MODEL_OPT_DEVICE},         \
+    {"precision", required_argument, NULL, PD_CLI_MODEL_OPT_PRECISION},   \
+    {"warmup", required_argument, NULL, PD_CLI_MODEL_OPT_WARMUP},         \
+    {"iterations", required_argument, NULL, PD_CLI_MODEL_OPT_ITERATIONS}, \
+    {"seed", required_argument, NULL, PD_CLI_MODEL_OPT_SEED}
+typedef struct pd_cli_model_args {
+    const char *model, *device, *precision; /* precision NULL: f32 */
+    int64_t batch, channels, height, width, classes, warmup, iterations, seed;
+    double width_mult;
+} pd_cli_model_args;
+
+/* Takes option `c` (value `arg`) into `a` when it is one of
+ * PD_CLI_MODEL_OPTIONS and returns 1, setting *bad (after a one-line error
+ * "<verb>: --option: ...") for a bad value; returns 0 for any other option. */
+int pd_cli_model_option(const char *verb, int c, const char *arg, pd_cli_model_args *a, int *bad);
+
 /* Reports a getopt_long failure (`ret` '?' or ':', with opterr = 0 and an
  * optstring starting with ':') as one line naming argv[optind - 1]: the
  * unknown or malformed option, or the option that lacks its argument.

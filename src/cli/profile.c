@@ -15,28 +15,14 @@
 #include "cli/pd_cli.h"
 
 typedef struct profile_args {
-    const char *model, *device, *output, *format, *import, *data;
-    const char *precision; /* --precision; NULL: f32 */
-    pd_precision math;     /* parsed */
-    int64_t batch, channels, height, width, classes, warmup, iterations, seed;
-    double width_mult;
+    pd_cli_model_args m;
+    const char *output, *format, *import, *data;
+    pd_precision math; /* parsed --precision */
     bool quiet;
 } profile_args;
 
 enum {
-    OPT_MODEL = 256,
-    OPT_BATCH,
-    OPT_CHANNELS,
-    OPT_HEIGHT,
-    OPT_WIDTH,
-    OPT_CLASSES,
-    OPT_WIDTH_MULT,
-    OPT_DEVICE,
-    OPT_PRECISION,
-    OPT_WARMUP,
-    OPT_ITERATIONS,
-    OPT_SEED,
-    OPT_FORMAT,
+    OPT_FORMAT = PD_CLI_MODEL_OPT_END,
     OPT_IMPORT,
     OPT_DATA,
 };
@@ -100,18 +86,7 @@ static void usage(FILE *out)
 static int parse_args(int argc, char **argv, profile_args *a)
 {
     static const struct option options[] = {
-        {"model", required_argument, NULL, OPT_MODEL},
-        {"batch-size", required_argument, NULL, OPT_BATCH},
-        {"channels", required_argument, NULL, OPT_CHANNELS},
-        {"height", required_argument, NULL, OPT_HEIGHT},
-        {"width", required_argument, NULL, OPT_WIDTH},
-        {"classes", required_argument, NULL, OPT_CLASSES},
-        {"width-mult", required_argument, NULL, OPT_WIDTH_MULT},
-        {"device", required_argument, NULL, OPT_DEVICE},
-        {"precision", required_argument, NULL, OPT_PRECISION},
-        {"warmup", required_argument, NULL, OPT_WARMUP},
-        {"iterations", required_argument, NULL, OPT_ITERATIONS},
-        {"seed", required_argument, NULL, OPT_SEED},
+        PD_CLI_MODEL_OPTIONS,
         {"data", required_argument, NULL, OPT_DATA},
         {"import", required_argument, NULL, OPT_IMPORT},
         {"output", required_argument, NULL, 'o'},
@@ -120,32 +95,21 @@ static int parse_args(int argc, char **argv, profile_args *a)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    const int64_t dim_max = 1 << 16;
     int c, bad = 0;
 
-    *a = (profile_args){
-        .device = "cpu",
-        .batch = -1,
-        .warmup = DEFAULT_WARMUP,
-        .iterations = DEFAULT_ITERATIONS,
-        .seed = 1,
-        .width_mult = 1.0,
-    };
+    *a = (profile_args){.m = {
+                            .device = "cpu",
+                            .batch = -1,
+                            .warmup = DEFAULT_WARMUP,
+                            .iterations = DEFAULT_ITERATIONS,
+                            .seed = 1,
+                            .width_mult = 1.0,
+                        }};
     opterr = 0;
     while (!bad && (c = getopt_long(argc, argv, ":ho:q", options, NULL)) != -1) {
+        if (pd_cli_model_option("profile", c, optarg, &a->m, &bad))
+            continue;
         switch (c) {
-        case OPT_MODEL: a->model = optarg; break;
-        case OPT_BATCH: bad = pd_cli_parse_int64("--batch-size", optarg, 1, dim_max, &a->batch); break;
-        case OPT_CHANNELS: bad = pd_cli_parse_int64("--channels", optarg, 1, dim_max, &a->channels); break;
-        case OPT_HEIGHT: bad = pd_cli_parse_int64("--height", optarg, 1, dim_max, &a->height); break;
-        case OPT_WIDTH: bad = pd_cli_parse_int64("--width", optarg, 1, dim_max, &a->width); break;
-        case OPT_CLASSES: bad = pd_cli_parse_int64("--classes", optarg, 2, 1 << 24, &a->classes); break;
-        case OPT_WIDTH_MULT: bad = pd_cli_parse_double("--width-mult", optarg, 1e-3, 64, &a->width_mult); break;
-        case OPT_DEVICE: a->device = optarg; break;
-        case OPT_PRECISION: a->precision = optarg; break;
-        case OPT_WARMUP: bad = pd_cli_parse_int64("--warmup", optarg, 0, 1000000, &a->warmup); break;
-        case OPT_ITERATIONS: bad = pd_cli_parse_int64("--iterations", optarg, 1, 1000000, &a->iterations); break;
-        case OPT_SEED: bad = pd_cli_parse_int64("--seed", optarg, 0, INT64_MAX, &a->seed); break;
         case OPT_DATA: a->data = optarg; break;
         case OPT_IMPORT: a->import = optarg; break;
         case 'o': a->output = optarg; break;
@@ -173,30 +137,30 @@ static int parse_args(int argc, char **argv, profile_args *a)
         pd_cli_error("profile: -o: an empty file name");
         return PD_CLI_USAGE;
     }
-    if (a->import && a->precision) {
+    if (a->import && a->m.precision) {
         pd_cli_error("profile: --import converts a profile; --precision does not apply");
         return PD_CLI_USAGE;
     }
-    if (pd_cli_parse_precision("profile", a->precision, a->device, &a->math))
+    if (pd_cli_parse_precision("profile", a->m.precision, a->m.device, &a->math))
         return PD_CLI_USAGE;
     if (a->import) {
-        if (a->channels || a->height || a->width || a->classes || a->data || a->width_mult != 1.0) {
+        if (a->m.channels || a->m.height || a->m.width || a->m.classes || a->data || a->m.width_mult != 1.0) {
             pd_cli_error("profile: --import converts a profile; model shape and --data options do not apply");
             return PD_CLI_USAGE;
         }
         return -1;
     }
-    if (!a->model) {
+    if (!a->m.model) {
         pd_cli_error("profile: --model or --import is needed (see 'pipedream profile --help')");
         return PD_CLI_USAGE;
     }
-    if (!pd_model_description(a->model)) {
+    if (!pd_model_description(a->m.model)) {
         char known[512] = "";
         for (int i = 0; pd_model_name(i); i++) {
             size_t used = strlen(known);
             snprintf(known + used, sizeof(known) - used, "%s%s", i ? ", " : "", pd_model_name(i));
         }
-        pd_cli_error("profile: --model: unknown model '%s' (known: %s)", a->model, known);
+        pd_cli_error("profile: --model: unknown model '%s' (known: %s)", a->m.model, known);
         return PD_CLI_USAGE;
     }
     return -1;
@@ -275,17 +239,17 @@ static int run_import(const profile_args *a)
     int code;
 
     if (ends_with(a->import, ".json")) {
-        if (a->model || a->batch >= 0) {
+        if (a->m.model || a->m.batch >= 0) {
             pd_cli_error("profile: --import of a .json profile keeps its model and batch; drop --model/--batch-size");
             return PD_CLI_USAGE;
         }
         s = pd_profile_read_json(a->import, &p);
     } else {
-        if (a->model)
-            snprintf(model, sizeof(model), "%s", a->model);
+        if (a->m.model)
+            snprintf(model, sizeof(model), "%s", a->m.model);
         else
             pd_cli_import_model_name(a->import, model, sizeof(model));
-        s = pd_profile_import_graph_txt(a->import, model, a->batch > 0 ? (int)a->batch : 0, &p);
+        s = pd_profile_import_graph_txt(a->import, model, a->m.batch > 0 ? (int)a->m.batch : 0, &p);
     }
     if (s != PD_OK)
         return fail("profile: --import", s);
@@ -340,18 +304,18 @@ static int open_loader(const profile_args *a, pd_model_options *m, pd_loader **o
     lo.split = "train";
     lo.batch = m->batch;
     lo.train = true;
-    lo.seed = (uint64_t)a->seed;
-    lo.channels = (int)a->channels;
-    lo.height = (int)a->height;
-    lo.width = (int)a->width;
-    lo.classes = (int)a->classes;
+    lo.seed = (uint64_t)a->m.seed;
+    lo.channels = (int)a->m.channels;
+    lo.height = (int)a->m.height;
+    lo.width = (int)a->m.width;
+    lo.classes = (int)a->m.classes;
     if ((s = pd_loader_open(&lo, out)) != PD_OK)
         return fail("profile: --data", s);
     pd_loader_get_info(*out, &info);
     m->channels = info.channels;
     m->height = info.height;
     m->width = info.width;
-    if (!a->classes)
+    if (!a->m.classes)
         m->classes = info.classes;
     return -1;
 }
@@ -359,14 +323,14 @@ static int open_loader(const profile_args *a, pd_model_options *m, pd_loader **o
 static int run_measure(const profile_args *a)
 {
     pd_model_options m = {
-        .batch = a->batch > 0 ? (int)a->batch : 64,
-        .channels = a->channels ? (int)a->channels : 1,
-        .height = a->height ? (int)a->height : 28,
-        .width = a->width ? (int)a->width : 28,
-        .classes = a->classes ? (int)a->classes : 10,
-        .width_multiplier = (float)a->width_mult,
+        .batch = a->m.batch > 0 ? (int)a->m.batch : 64,
+        .channels = a->m.channels ? (int)a->m.channels : 1,
+        .height = a->m.height ? (int)a->m.height : 28,
+        .width = a->m.width ? (int)a->m.width : 28,
+        .classes = a->m.classes ? (int)a->m.classes : 10,
+        .width_multiplier = (float)a->m.width_mult,
     };
-    pd_profile_options po = {.warmup = (int)a->warmup, .iterations = (int)a->iterations};
+    pd_profile_options po = {.warmup = (int)a->m.warmup, .iterations = (int)a->m.iterations};
     loader_feed feed = {0};
     pd_device *dev = NULL;
     pd_graph *g = NULL;
@@ -376,7 +340,7 @@ static int run_measure(const profile_args *a)
     pd_status s;
     int code = -1;
 
-    if ((s = pd_device_open(a->device, &dev)) != PD_OK)
+    if ((s = pd_device_open(a->m.device, &dev)) != PD_OK)
         return fail("profile: --device", s);
     if ((s = dev->ops->set_precision(dev, a->math)) != PD_OK) {
         code = fail("profile: --precision", s);
@@ -384,11 +348,11 @@ static int run_measure(const profile_args *a)
     }
     if (a->data && (code = open_loader(a, &m, &feed.loader)) >= 0)
         goto release;
-    if ((s = pd_graph_create(dev, (uint64_t)a->seed, &g)) != PD_OK) {
+    if ((s = pd_graph_create(dev, (uint64_t)a->m.seed, &g)) != PD_OK) {
         code = fail("profile", s);
         goto release;
     }
-    if ((s = pd_model_build(a->model, g, &m, &io)) != PD_OK) {
+    if ((s = pd_model_build(a->m.model, g, &m, &io)) != PD_OK) {
         code = fail("profile: --model", s);
         goto release;
     }
@@ -398,7 +362,7 @@ static int run_measure(const profile_args *a)
     }
     if (feed.loader) {
         if (io.words >= 0) {
-            pd_cli_error("profile: --data: model %s reads words too; its loader is not an image loader", a->model);
+            pd_cli_error("profile: --data: model %s reads words too; its loader is not an image loader", a->m.model);
             code = PD_CLI_USAGE;
             goto release;
         }
@@ -418,7 +382,7 @@ static int run_measure(const profile_args *a)
         po.feed_ctx = &feed;
         po.feed_note = note;
     }
-    if ((s = pd_profile_measure_graph(g, a->model, &po, &p)) != PD_OK) {
+    if ((s = pd_profile_measure_graph(g, a->m.model, &po, &p)) != PD_OK) {
         code = fail("profile", s);
         goto release;
     }
