@@ -1,8 +1,9 @@
 #!/bin/sh
 # Convergence of the pipeline runtime against data parallelism (PipeDream's
 # statistical-efficiency check): VGG16 at width 1/8 on Fashion-MNIST padded
-# to 32x32, Adam lr 0.002 with a cosine schedule (the README's single-process
-# command), trained for the same number of epochs on 4 ranks three ways:
+# to 32x32, Adam at peak lr 0.002 with a linear warm-up over the first
+# WARMUP optimizer steps and a cosine decay after it, trained for the same
+# number of epochs on 4 ranks three ways:
 #
 #   pipeline-4  4 stages, 1f1b with weight stashing, minibatch 64
 #   hybrid-2x2  2 stages x 2 replicas, 1f1b, 32 per replica
@@ -13,6 +14,9 @@
 # read the same samples in the same order: they differ only in how stale
 # the weights are that a gradient is computed on (and in float summation
 # order). Each epoch ends with the test accuracy on the whole test split.
+# The warm-up is the same for the three: `pipedream train` counts
+# --warmup-steps in minibatches of a stage-0 replica, of which an optimizer
+# step takes one per replica, so each run gets WARMUP x its replicas.
 #
 # Usage: experiments/convergence_fmnist.sh [EPOCHS]   (default 3)
 # Environment: PIPEDREAM (the program; default: pipedream on PATH, else
@@ -21,7 +25,9 @@
 # experiments/results), SEED (default 1), EXTRA (more `pipedream train`
 # options, e.g. "--limit-train 2560 --limit-test 640" for a quick try),
 # RUNS (the runs to do, default "pipeline-4 hybrid-2x2 dp-4"; the CSV
-# gathers every run done so far in $OUT).
+# gathers every run done so far in $OUT), OPTIMIZER (default adam), LR (the
+# peak, default 0.002), WARMUP (optimizer steps of 64 samples, default
+# 937, an epoch; 0: none).
 # Writes $OUT/convergence_fmnist.csv (one row per run and epoch) and the
 # runs' metrics and logs under $OUT/convergence_fmnist/.
 set -eu
@@ -32,6 +38,9 @@ data=${DATA:-/usr/share/datasets/fashion-mnist}
 out=${OUT:-experiments/results}
 seed=${SEED:-1}
 extra=${EXTRA:-}
+optimizer=${OPTIMIZER:-adam}
+lr=${LR:-0.002}
+warmup=${WARMUP:-937}
 dir="$out/convergence_fmnist"
 mkdir -p "$dir"
 
@@ -48,7 +57,7 @@ OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 export OMP_NUM_THREADS
 
 model="--model vgg16 --width-mult 0.125 --height 32 --width 32"
-train="--dataset fashion-mnist --data $data --optimizer adam --lr 0.002 --lr-schedule cosine --epochs $epochs --seed $seed $extra"
+train="--dataset fashion-mnist --data $data --optimizer $optimizer --lr $lr --lr-schedule cosine --epochs $epochs --seed $seed"
 
 [ -e "$dir/vgg16.profile.json" ] || "$pd" profile $model --channels 3 --classes 10 --batch-size 64 --warmup 1 --iterations 3 \
     -o "$dir/vgg16.profile.json" >"$dir/profile.txt"
@@ -73,9 +82,9 @@ run() { # name schedule stages replicas batch
     name=$1 schedule=$2 stages=$3 replicas=$4 batch=$5
     case " ${RUNS:-pipeline-4 hybrid-2x2 dp-4} " in *" $name "*) ;; *) return 0 ;; esac
     echo "== $name: $schedule, $stages stage(s) x $replicas replica(s), batch $batch per replica" >&2
-    "$mpirun" $flags -np 4 "$pd" train $model $train --batch-size "$batch" --schedule "$schedule" \
-        --plan "$dir/$name.plan.json" --profile "$dir/vgg16.profile.json" --metrics "$dir/$name.csv" \
-        --progress-every 60 >"$dir/$name.json" 2>"$dir/$name.log"
+    "$mpirun" $flags -np 4 "$pd" train $model $train --warmup-steps $((warmup * replicas)) $extra \
+        --batch-size "$batch" --schedule "$schedule" --plan "$dir/$name.plan.json" \
+        --profile "$dir/vgg16.profile.json" --metrics "$dir/$name.csv" --progress-every 60 >"$dir/$name.json" 2>"$dir/$name.log"
     grep "test accuracy" "$dir/$name.log" >&2 || true
     summary=$(cat "$dir/$name.json")
     rate=$(echo "$summary" | sed 's/.*"images_per_s":\([0-9.]*\).*/\1/')
