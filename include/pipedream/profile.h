@@ -52,7 +52,11 @@ typedef struct pd_profile_node {
 typedef struct pd_profile_info {
     const char *model;  /* non-empty */
     int batch;          /* samples per minibatch; 0 when unknown (imports) */
-    pd_dtype dtype;     /* of activations and weights */
+    /* Of the activations and their gradients as a training step stores
+     * them, and so as they cross a stage boundary: f32, or bf16 for a
+     * graph in --precision bf16 (pd_graph_set_precision; the weights stay
+     * f32 masters, weight_bytes f32). Profiles from before bf16 say f32. */
+    pd_dtype dtype;
     const char *device; /* "cpu", "cuda:0", ... or a description of the source's */
     const char *source; /* "measured", or where the profile was imported from */
     /* Measurement: warm-up steps, timed iterations and the median time of a
@@ -109,6 +113,10 @@ typedef struct pd_profile_options {
     pd_status (*feed)(void *ctx, pd_graph *g);
     void *feed_ctx;
     const char *feed_note; /* what `feed` loads, for the data note */
+    /* pd_profile_measure: the graph's precision (pd_graph_set_precision
+     * before allocating; 0: f32). pd_profile_measure_graph reads what the
+     * given graph stores instead. */
+    pd_precision precision;
 } pd_profile_options;
 
 /* Measures every node of the allocated graph `g`, whose last node must be a
@@ -124,17 +132,19 @@ typedef struct pd_profile_options {
  * when they differ by more than a factor 1.5 (on a CPU shared with other
  * work, a whole step is descheduled more often than a short node, whose
  * median then skips the disturbed samples). The
- * node's activation bytes, trainable weight bytes and FLOPs come from the
- * graph. `model` names the profile; the batch is the first input's first
- * dimension. The graph's input values are overwritten; its parameters are
- * not updated. PD_EINVAL for bad options, PD_ENOTSUP for an input whose
+ * node's activation bytes (in the dtype the graph stores the output in:
+ * half of f32's for the bf16 tensors of a graph in bf16), trainable weight
+ * bytes (f32) and FLOPs come from the graph; the profile's dtype is bf16
+ * when the graph stores any activation in bf16, else f32. `model` names
+ * the profile; the batch is the first input's first dimension. The
+ * graph's input values are overwritten; its parameters are not updated. PD_EINVAL for bad options, PD_ENOTSUP for an input whose
  * valid values cannot be chosen, and what the passes return. */
 pd_status pd_profile_measure_graph(pd_graph *g, const char *model, const pd_profile_options *opts,
                                    pd_profile **out);
 
 /* Builds the registered model `model` for `model_opts` on `dev` (borrowed)
- * with parameters from `seed`, allocates it and measures it as
- * pd_profile_measure_graph does. */
+ * with parameters from `seed` in opts->precision, allocates it and
+ * measures it as pd_profile_measure_graph does. */
 pd_status pd_profile_measure(const char *model, const pd_model_options *model_opts, pd_device *dev, uint64_t seed,
                              const pd_profile_options *opts, pd_profile **out);
 

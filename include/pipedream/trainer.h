@@ -131,8 +131,8 @@ typedef struct pd_trainer_options {
     const char *device; /* "cpu" (NULL), "cuda", "cuda:N" */
     /* Arithmetic, set on the device once opened and on the graph (0: f32);
      * tf32 needs a CUDA device; bf16 stores activations in bf16 around f32
-     * master weights (pd_graph_set_precision), single process only
-     * (pd_trainer_create_part refuses it with PD_ENOTSUP). */
+     * master weights (pd_graph_set_precision); a pipeline stage's part
+     * too, its cut tensors then bf16. */
     pd_precision precision;
 
     pd_optimizer_kind optimizer;

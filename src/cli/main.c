@@ -128,11 +128,6 @@ int pd_cli_parse_precision(const char *verb, const char *text, const char *devic
         pd_cli_error("%s: --precision: '%s' is not f32, tf32 or bf16", verb, text);
         return -1;
     }
-    if (p == PD_PRECISION_BF16 && strcmp(verb, "train") != 0 && strcmp(verb, "bench step") != 0) {
-        pd_cli_error("%s: --precision bf16 (mixed precision) is not implemented yet for %s (only train and bench "
-                     "step); use f32 or tf32", verb, verb);
-        return -1;
-    }
     if (p == PD_PRECISION_TF32 && strncmp(device, "cuda", 4) != 0) {
         pd_cli_error("%s: --precision tf32 needs a CUDA device (--device cuda or cuda:N)", verb);
         return -1;

@@ -40,7 +40,7 @@ int pd_cli_parse_double(const char *option, const char *text, double min, double
 int pd_cli_parse_cost_model(const char *verb, const char *text, pd_plan_cost_model *out);
 
 /* Checks --precision's `text` (NULL: f32) against --device's `device`:
- * f32, tf32 (a CUDA device only) or bf16 (verb "train" only). On anything
+ * f32, tf32 (a CUDA device only) or bf16. On anything
  * else print one line naming `verb` and return -1; 0 on success. */
 int pd_cli_parse_precision(const char *verb, const char *text, const char *device, pd_precision *out);
 

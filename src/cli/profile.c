@@ -65,8 +65,11 @@ static void usage(FILE *out)
             "  --classes K          classes (default 10, or the data set's)\n"
             "  --width-mult F       width multiplier of every layer (default 1)\n"
             "  --device DEV         cpu, cuda or cuda:N (default cpu)\n"
-            "  --precision P        f32 (default) or tf32 (CUDA only); bf16 is not\n"
-            "                       implemented yet\n"
+            "  --precision P        f32 (default), tf32 (CUDA only) or bf16: each layer\n"
+            "                       timed with bf16 activations as `train --precision\n"
+            "                       bf16` runs it; activation bytes (what a stage cut\n"
+            "                       sends) are then bf16's, half of f32's, and the\n"
+            "                       profile's dtype is bf16\n"
             "  --warmup N           whole training steps before timing (default %d)\n"
             "  --iterations N       timed repetitions; medians are kept (default %d)\n"
             "  --seed N             parameter initialisation seed (default 1)\n"
@@ -350,6 +353,10 @@ static int run_measure(const profile_args *a)
         goto release;
     if ((s = pd_graph_create(dev, (uint64_t)a->m.seed, &g)) != PD_OK) {
         code = fail("profile", s);
+        goto release;
+    }
+    if ((s = pd_graph_set_precision(g, a->math)) != PD_OK) {
+        code = fail("profile: --precision", s);
         goto release;
     }
     if ((s = pd_model_build(a->m.model, g, &m, &io)) != PD_OK) {

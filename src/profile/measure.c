@@ -281,6 +281,18 @@ static pd_status add_nodes(pd_profile *p, const pd_graph *g, samples *s, bool fe
     return PD_OK;
 }
 
+/* The dtype the graph stores its activations in: bf16 when any computed
+ * node's output is bf16 (a graph in --precision bf16), else f32. */
+static pd_dtype activation_dtype(pd_graph *g)
+{
+    for (int k = 0; k < pd_graph_size(g); k++) {
+        const pd_tensor *t = pd_graph_output(g, k);
+        if (!is_input_node(g, k) && t && t->dtype == PD_BF16)
+            return PD_BF16;
+    }
+    return PD_F32;
+}
+
 static pd_status check_graph(pd_graph *g, const char *model, const pd_profile_options *opts)
 {
     int n = pd_graph_size(g);
@@ -329,7 +341,7 @@ pd_status pd_profile_measure_graph(pd_graph *g, const char *model, const pd_prof
     const pd_profile_info info = {
         .model = model,
         .batch = (int)pd_graph_node_shape(g, 0)->dim[0],
-        .dtype = PD_F32,
+        .dtype = activation_dtype(g),
         .device = dev->name,
         .source = "measured",
         .warmup = opts->warmup,
@@ -362,7 +374,10 @@ pd_status pd_profile_measure(const char *model, const pd_model_options *model_op
     pd_model_io io;
     pd_status s;
 
+    if (!opts)
+        return PD_ERROR(PD_EINVAL, "profile: no options");
     PD_CHECK(pd_graph_create(dev, seed, &g));
+    PD_CHECK_GOTO(pd_graph_set_precision(g, opts->precision), s, destroy);
     PD_CHECK_GOTO(pd_model_build(model, g, model_opts, &io), s, destroy);
     if (io.loss != pd_graph_size(g) - 1) {
         s = PD_ERROR(PD_ENOTSUP, "profile: model %s's loss is node %d, not the last node", model, io.loss);

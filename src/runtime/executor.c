@@ -170,6 +170,8 @@ static pd_status post_send(pd_pipeline *p, const pd_sched_action *a, const int *
     if ((s = pd_channel_send(c->ch, buf, bytes, &tag, &c->seqs[idx])) != PD_OK)
         return peer_failed(p, a->peer, s);
     c->sent++;
+    c->sent_msgs++;
+    c->sent_bytes += bytes;
     return progress_all(p);
 }
 

@@ -218,6 +218,7 @@ typedef struct pd_peer_channel {
     uint64_t *seqs;         /* send side: per buffer, the send using it (UINT64_MAX: none) */
     uint64_t sent;          /* send side: messages posted */
     double wait_s;          /* time this rank waited on the channel since the last progress line */
+    uint64_t sent_bytes, sent_msgs; /* send side: posted since the last progress line (the wire's share) */
 } pd_peer_channel;
 
 typedef struct pd_boot {
@@ -281,9 +282,13 @@ typedef struct pd_rank_progress {
 /* Starts counting (at the run's beginning). */
 void pd_progress_start(pd_pipeline *p);
 /* Prints this rank's line when every_s has passed since the last one:
- * minibatches done, samples/s, the last stage's loss and accuracy, and the
- * time spent waiting for each peer and for the all-reduce. */
+ * minibatches done, samples/s, the last stage's loss and accuracy, the
+ * messages and bytes sent to each peer, and the time spent waiting for
+ * each peer and for the all-reduce. */
 void pd_progress_tick(pd_pipeline *p);
+/* At the end of the run: the line for what was done since the last one
+ * (if anything), so that a rank's lines add up to its whole run. */
+void pd_progress_finish(pd_pipeline *p);
 
 /* ---- flight.c: the last actions of this rank ---- */
 

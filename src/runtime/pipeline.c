@@ -374,6 +374,21 @@ static pd_status open_metrics(pd_pipeline *p)
     return PD_OK;
 }
 
+/* A plan made from a profile of the other activation dtype priced the cut
+ * tensors at the wrong size (bf16's are half of f32's); it still runs. */
+static void warn_profile_dtype(const pd_pipeline *p)
+{
+    const pd_dtype profiled = pd_profile_get_info(p->profile)->dtype;
+    const pd_dtype trained = p->opts.train.precision == PD_PRECISION_BF16 ? PD_BF16 : PD_F32;
+
+    if (p->boot.rank == 0 && profiled != trained)
+        PD_LOG_WARNF("pipeline: the profile %s holds %s activations but this run stores %s (--precision %s): the "
+                     "plan priced the stage cuts at %s sizes; profile with --precision %s for a plan that fits",
+                     p->opts.profile_path ? p->opts.profile_path : "", pd_dtype_name(profiled),
+                     pd_dtype_name(trained), pd_precision_name(p->opts.train.precision), pd_dtype_name(profiled),
+                     pd_precision_name(p->opts.train.precision));
+}
+
 pd_status pd_pipeline_create(const pd_pipeline_options *opts, pd_pipeline **out)
 {
     pd_pipeline *p;
@@ -399,6 +414,7 @@ pd_status pd_pipeline_create(const pd_pipeline_options *opts, pd_pipeline **out)
         PD_CHECK_GOTO(pd_profile_read_json(opts->profile_path, &p->profile), s, fail);
         PD_CHECK_GOTO(pd_plan_read_json(opts->plan_path, p->profile, &p->plan), s, fail);
     }
+    warn_profile_dtype(p);
     PD_CHECK_GOTO(place(p), s, fail);
     PD_CHECK_GOTO(open_metrics(p), s, fail);
     PD_CHECK_GOTO(make_models(p), s, fail);

@@ -204,6 +204,7 @@ pd_status pd_pipeline_run(pd_pipeline *p)
     pd_progress_start(p);
     for (int i = 0; i < p->n_segments; i++)
         PD_CHECK(run_segment(p, &p->segments[i]));
+    pd_progress_finish(p);
     /* From here a rank may finish and leave: not a death. */
     pd_watchdog_stop(p);
 #ifdef HAVE_MPI

@@ -168,8 +168,10 @@ static pd_status stage_seeds(pd_stage *st)
         int k = st->cut_out[i];
         if (!pd_graph_node_needs_grad(g, k))
             continue;
-        PD_CHECK(pd_tensor_create(pd_graph_output(g, k)->device, pd_graph_node_dtype(g, k),
-                                  pd_graph_node_shape(g, k), &st->seeds[st->n_seeds]));
+        /* In the dtype the graph stores the tensor in (bf16 under
+         * --precision bf16), as its gradient travels. */
+        const pd_tensor *out = pd_graph_output(g, k);
+        PD_CHECK(pd_tensor_create(out->device, out->dtype, pd_graph_node_shape(g, k), &st->seeds[st->n_seeds]));
         st->seed_nodes[st->n_seeds++] = k;
     }
     return PD_OK;

@@ -563,11 +563,6 @@ pd_status pd_trainer_create_part(const pd_trainer_options *opts, pd_trainer_sele
     pd_status s;
 
     PD_CHECK(trainer_new(opts, out, &t));
-    if (select && opts->precision == PD_PRECISION_BF16) {
-        free(t);
-        return PD_ERROR(PD_ENOTSUP, "trainer: --precision bf16 is for single-process training; pipeline stages "
-                                    "(--plan, --np) exchange f32 activations only");
-    }
     t->result.final_loss = NAN;
     t->result.eval_accuracy = NAN;
 

@@ -17,11 +17,12 @@
  * Prints one loss per line (%.9g, exact for f32).
  *
  * Usage: pipeline_ref PLAN PROFILE MODEL BATCH SIDE STEPS SEED LR [2bw M]
- *        [width-mult F]
+ *        [width-mult F] [precision P]
  * (synthetic data of 1 x SIDE x SIDE, as `pipedream train --dataset
  * synthetic --channels 1 --height SIDE --width SIDE` loads it; for MODEL
  * s2vt, with SIDE 0, the captioning task of `--dataset s2vt-synthetic` at
- * its own sizes; momentum 0.9, constant lr: the command's defaults). The
+ * its own sizes; momentum 0.9, constant lr: the command's defaults;
+ * `precision bf16` trains as `--precision bf16` does). The
  * model, its data and the optimizer are the single-process trainer's, so
  * that only the weight versions are this program's. */
 #include "config.h"
@@ -86,7 +87,8 @@ static void snapshot(pd_param **params, int n, const int *stage, int only_stage,
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: pipeline_ref PLAN PROFILE MODEL BATCH SIDE STEPS SEED LR [2bw M] [width-mult F]\n");
+    fprintf(stderr, "usage: pipeline_ref PLAN PROFILE MODEL BATCH SIDE STEPS SEED LR [2bw M] [width-mult F] "
+                    "[precision P]\n");
     exit(2);
 }
 
@@ -94,6 +96,7 @@ int main(int argc, char **argv)
 {
     int accumulate = 0; /* 2BW's M; 0: stashing */
     float width_mult = 1.0f;
+    pd_precision precision = PD_PRECISION_F32;
 
     if (argc < 9 || argc % 2 == 0)
         usage();
@@ -102,6 +105,8 @@ int main(int argc, char **argv)
             accumulate = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "width-mult") == 0 && atof(argv[i + 1]) > 0)
             width_mult = (float)atof(argv[i + 1]);
+        else if (strcmp(argv[i], "precision") == 0 && pd_precision_parse(argv[i + 1], &precision) == PD_OK)
+            continue;
         else
             usage();
     }
@@ -127,6 +132,7 @@ int main(int argc, char **argv)
         .lr = lr,
         .momentum = 0.9,
         .seed = strtoull(argv[7], NULL, 10),
+        .precision = precision,
     };
     if (pd_trainer_create(&to, &trainer))
         die("model");

@@ -2,7 +2,9 @@
 # `pipedream profile` end to end: a LeNet profile written, re-read and
 # converted through graph.txt with the same numbers; its total forward +
 # backward time stable within 10% run to run; every shared PipeDream profile
-# imported with the node and edge counts of its file; bad input rejected
+# imported with the node and edge counts of its file; a bf16 profile
+# (--precision bf16) names its dtype and halves the activation bytes of the
+# tensors a layer reads, and so a plan's communication; bad input rejected
 # with one line and exit status 2.
 #
 # Stability: on the 2-core development machine, shared with other builds,
@@ -53,6 +55,46 @@ echo "lenet totals: measured $t1 ms, re-read $t2 ms, through graph.txt $t3 ms"
 [ "$(grep -c ' -- forward_compute_time=' "$tmp/lenet.txt")" -eq 15 ] || fail "lenet.txt does not hold 15 nodes"
 [ "$(grep -c "$(printf '^\t')" "$tmp/lenet.txt")" -eq 14 ] || fail "lenet.txt does not hold 14 edges"
 grep -q '^images -- Input(' "$tmp/lenet.txt" || fail "lenet.txt: the input is not described as Input"
+
+# ---- --precision bf16: the profile names its dtype, and what crosses a cut halves ----
+"$PIPEDREAM" profile --model lenet --precision bf16 --iterations 2 --warmup 1 -o "$tmp/lenet16.profile.json" \
+    >"$tmp/bf16.txt" || fail "profiling lenet in bf16 failed"
+grep -q '^profile of lenet: batch 64, bf16, ' "$tmp/bf16.txt" || fail "bf16: the table does not name bf16"
+grep -q '^  "dtype": "bf16",$' "$tmp/lenet16.profile.json" || fail "bf16: the profile's dtype is not bf16"
+grep -q '^  "dtype": "f32",$' "$tmp/lenet.profile.json" || fail "f32: the profile's dtype is not f32"
+"$PIPEDREAM" profile --import "$tmp/lenet16.profile.json" | grep -q '^profile of lenet: batch 64, bf16, ' ||
+    fail "bf16: the dtype does not survive re-reading"
+# "name type activation_bytes" per node of a profile file.
+node_bytes() {
+    awk -F'"' '/^      "name": / { n = $4 } /^      "type": / { t = $4 }
+               /^      "activation_bytes": / { b = $3; gsub(/[^0-9]/, "", b); print n, t, b }' "$1"
+}
+node_bytes "$tmp/lenet.profile.json" >"$tmp/bytes32"
+node_bytes "$tmp/lenet16.profile.json" >"$tmp/bytes16"
+# The tensors a later layer reads are bf16 (half); the inputs (f32 images,
+# i32 labels) and the loss, which no layer reads, are not.
+paste -d' ' "$tmp/bytes32" "$tmp/bytes16" | awk '
+    { n++ }
+    $1 != $4 { print "FAIL: node " n ": " $1 " against " $4; bad = 1; next }
+    $2 == "input" || $2 == "softmax_cross_entropy" { if ($3 != $6) { print "FAIL: " $1 ": " $3 " -> " $6; bad = 1 }; next }
+    { if ($3 != 2 * $6) { print "FAIL: " $1 ": f32 " $3 " bytes, bf16 " $6; bad = 1 }; halved++ }
+    END { printf "bf16 profile: %d of %d nodes'"'"' activation bytes halved, inputs and loss kept\n", halved, n
+          exit bad || halved != 12 || n != 15 }' || fail "bf16: activation bytes are not half of f32's"
+# So the planner prices a stage cut at half: the same two-stage plan.
+cat >"$tmp/lenet.plan.json" <<'JSON'
+{"cluster": {"levels": "2x10MB/s"}, "stages": [{"first_layer": "conv1", "last_layer": "fc1", "replicas": 1},
+ {"first_layer": "relu3", "last_layer": "loss", "replicas": 1}]}
+JSON
+comm_ms() { # the comm ms column of the plan's stage rows
+    "$PIPEDREAM" plan --profile "$1" --override "$tmp/lenet.plan.json" 2>/dev/null |
+        awk '$1 == "*" { $1 = ""; $0 = $0 } $1 ~ /^[0-9]+$/ && $2 ~ /\.\./ { print $8 }'
+}
+c32=$(comm_ms "$tmp/lenet.profile.json" | tr '\n' ' ') c16=$(comm_ms "$tmp/lenet16.profile.json" | tr '\n' ' ')
+echo "2-stage plan at 10 MB/s, comm ms per stage: f32 $c32, bf16 $c16"
+# (printed to 3 decimals: half of f32's within the rounding)
+echo "$c32 $c16" | awk 'function near(a, b) { return a - b <= 0.0015 && b - a <= 0.0015 }
+    { exit !(NF == 4 && $1 > 0 && near($1, 2 * $3) && near($2, 2 * $4)) }' ||
+    fail "bf16: the plan's communication is not half of f32's"
 
 # ---- the paper's five models, small ----
 for spec in "vgg16 --channels 1 --height 32 --width 32 --width-mult 0.125" \

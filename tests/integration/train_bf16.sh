@@ -15,7 +15,8 @@
 #      seeds do (train_fashion_mnist.sh);
 #   3. the checkpoint holds f32 master weights only, and a bf16 run resumed
 #      half-way repeats the straight run's losses bit for bit;
-#   4. bf16 with a pipeline plan (--np) is refused: exit 2, one line.
+#   4. an unknown precision is refused: exit 2, one line (bf16 pipelines:
+#      pipeline_bf16.sh).
 set -u
 
 PIPEDREAM="${top_builddir:?top_builddir is not set}/src/cli/pipedream"
@@ -97,14 +98,15 @@ if train straight --steps $((2 * HALF)) --precision bf16 --checkpoint-dir "$tmp/
     cmp -s "$tmp/straight/$final" "$tmp/resumed/$final" || fail "the final checkpoints differ"
 fi
 
-# --- 4. pipelines refuse bf16 ---------------------------------------------------------
+# --- 4. an unknown precision is refused ----------------------------------------------
+# (bf16 pipelines, --plan and --np: tests/integration/pipeline_bf16.sh)
 # shellcheck disable=SC2086
-"$PIPEDREAM" train $COMMON --steps 4 --precision bf16 --np 2 >"$tmp/out" 2>"$tmp/err"
+"$PIPEDREAM" train $COMMON --steps 4 --precision bf8 >"$tmp/out" 2>"$tmp/err"
 got=$?
-echo "bf16 with --np 2 -> $got: $(cat "$tmp/err")"
-[ $got -eq 2 ] || fail "bf16 with --np 2: exit status $got, expected 2"
-[ "$(wc -l <"$tmp/err")" -eq 1 ] || fail "bf16 with --np 2: expected one line on stderr"
-grep -q "bf16" "$tmp/err" || fail "bf16 with --np 2: the message does not name bf16"
+echo "--precision bf8 -> $got: $(cat "$tmp/err")"
+[ $got -eq 2 ] || fail "--precision bf8: exit status $got, expected 2"
+[ "$(wc -l <"$tmp/err")" -eq 1 ] || fail "--precision bf8: expected one line on stderr"
+grep -q "bf8" "$tmp/err" || fail "--precision bf8: the message does not name bf8"
 
 [ $failures -eq 0 ] || exit 1
 echo "PASS"
