@@ -70,7 +70,7 @@ typedef struct pd_adam_desc {
 typedef enum pd_precision {
     PD_PRECISION_F32 = 0,  /* strict IEEE f32 everywhere: the default */
     PD_PRECISION_TF32 = 1, /* CUDA only: gemm and convolution inputs rounded to TF32 on tensor cores */
-    PD_PRECISION_BF16 = 2, /* bf16 activations and weights, f32 master weights and f32 kernel math */
+    PD_PRECISION_BF16 = 2, /* bf16 activations and weights, f32 master weights and f32 accumulation */
 } pd_precision;
 
 /* "f32", "tf32", "bf16". */
@@ -233,8 +233,10 @@ typedef struct pd_device_ops {
 
     /* Sets the arithmetic of later work (PD_PRECISION_F32 after opening):
      * PD_ENOTSUP with a message for one the device cannot do (tf32 on the
-     * CPU). bf16 keeps the kernels in strict f32: the graph rounds the
-     * stored activations and the weights it passes them to bf16. */
+     * CPU). bf16 keeps the kernels' f32 interface: the graph rounds the
+     * stored activations and the weights it passes them to bf16; the CPU
+     * computes in strict f32, CUDA on TF32 tensor cores (exact products of
+     * bf16 operands, f32 sums). */
     pd_status (*set_precision)(pd_device *dev, pd_precision precision);
 } pd_device_ops;
 

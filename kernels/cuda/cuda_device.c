@@ -268,18 +268,24 @@ static pd_status cuda_set_precision(pd_device *dev, pd_precision precision)
 {
     pd_cuda_state *st;
 
-    /* bf16: the kernels compute in strict f32 on the operands the graph
-     * widened from bf16 (pd_graph_set_precision). */
+    /* bf16: the kernels take f32 operands that the graph widened from bf16
+     * (activations, their gradients) or rounded to bf16 (the weights), see
+     * pd_graph_set_precision. bf16's 8-bit significand fits in TF32's 11
+     * bits, so TF32 tensor cores multiply such operands exactly and sum in
+     * f32: bf16 mode takes the TF32 path of cuBLAS and cuDNN, keeping its
+     * semantics (f32 accumulation of bf16 products) at tensor-core speed.
+     * Only an operand that is not bf16, the model's f32 input to its first
+     * layer, gets rounded to TF32 on the way. */
     if (precision != PD_PRECISION_BF16 && precision != PD_PRECISION_F32 && precision != PD_PRECISION_TF32)
         return PD_ERROR(PD_EINVAL, "%s: unknown precision %d", dev->name, (int)precision);
     PD_CHECK(pd_cuda_enter(dev, &st));
 #ifdef HAVE_CUBLAS
     /* The default mode keeps Sgemm in strict FP32; TF32 rounds its inputs
      * to 10-bit mantissas on the tensor cores, accumulating in FP32. */
-    PD_CUBLAS_CHECK(cublasSetMathMode(st->cublas, precision == PD_PRECISION_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH
-                                                                                  : CUBLAS_DEFAULT_MATH));
+    PD_CUBLAS_CHECK(cublasSetMathMode(st->cublas, precision != PD_PRECISION_F32 ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                                                 : CUBLAS_DEFAULT_MATH));
 #endif
-    st->allow_tf32 = precision == PD_PRECISION_TF32;
+    st->allow_tf32 = precision != PD_PRECISION_F32;
     return PD_OK;
 }
 

@@ -59,8 +59,9 @@ typedef struct pd_cuda_state {
     struct pd_caching_alloc *memory; /* tensors and scratch */
     void *scratch;
     size_t scratch_bytes;
-    /* --precision tf32 (set_precision): cuBLAS in CUBLAS_TF32_TENSOR_OP_MATH,
-     * and convolutions may pick TF32 tensor-core math; false: strict f32. */
+    /* --precision tf32 or bf16 (set_precision): cuBLAS in
+     * CUBLAS_TF32_TENSOR_OP_MATH, and convolutions may pick TF32 tensor-core
+     * math; false: strict f32. */
     bool allow_tf32;
 #ifdef HAVE_CUDNN
     cudnnHandle_t cudnn;                   /* bound to launch.stream (cudnn_util.c) */
