@@ -688,17 +688,24 @@ pd_status pd_channel_register(pd_channel *ch, const void *data, size_t bytes)
 {
     pd_status s = PD_OK;
 
+    bool device = ch->config.memory != PD_TRANSPORT_HOST;
+
     pthread_mutex_lock(&ch->lock);
-    if (ch->role == PD_TP_SENDER && ch->config.memory != PD_TRANSPORT_HOST)
-        s = PD_ERROR(PD_ENOTSUP, "channel %u: send buffers in device memory are staged, not registered",
-                     ch->config.channel_id);
+    if (ch->role == PD_TP_SENDER && device && !(ch->slot_caps & PD_SLOT_CAN_VERBS))
+        s = PD_ERROR(PD_ENOTSUP, "channel %u: send buffers in device memory are staged, not registered (no direct "
+                     "path to try)", ch->config.channel_id);
     else if (ch->role != PD_TP_SENDER || ch->nregions == PD_TP_MAX_REGIONS)
         s = PD_ERROR(PD_ESTATE, "channel %u: cannot register a send region (%s)", ch->config.channel_id,
                      ch->role != PD_TP_SENDER ? "receiving end" : "8 already");
     else if (!data || !bytes)
         s = PD_ERROR(PD_EINVAL, "channel %u: an empty send region", ch->config.channel_id);
-    else
-        ch->regions[ch->nregions++] = (pd_tp_region){data, bytes};
+    else {
+        /* Device memory is staged until the backend registers it directly
+         * (verbs, in its next step: now, when connected). */
+        ch->regions[ch->nregions++] = (pd_tp_region){data, bytes, device ? PD_SLOT_PATH_STAGED : PD_SLOT_PATH_HOST};
+        if (device && ch->ready)
+            s = progress_locked(ch);
+    }
     pthread_mutex_unlock(&ch->lock);
     return s;
 }

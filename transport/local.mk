@@ -20,7 +20,7 @@ endif
 if HAVE_VERBS
 if HAVE_RDMACM
 transport_libpd_transport_la_SOURCES += transport/verbs_int.h transport/verbs.c transport/verbs_conn.c \
-	transport/verbs_data.c transport/verbs_addr.c
+	transport/verbs_data.c transport/verbs_addr.c transport/verbs_device.c
 endif
 endif
 transport_libpd_transport_la_CPPFLAGS = $(AM_CPPFLAGS) $(MPI_CFLAGS) $(VERBS_CPPFLAGS) $(RDMACM_CPPFLAGS)

@@ -53,6 +53,9 @@ typedef struct pd_tp_ring_ctl {
 typedef struct pd_tp_region {
     const void *data;
     size_t bytes;
+    /* HOST for host memory; device memory: STAGED (its sends are copied)
+     * until the backend registered it directly (DMABUF, PEERMEM). */
+    pd_slot_path path;
 } pd_tp_region;
 
 /* One posted send. */
@@ -162,7 +165,12 @@ struct pd_channel {
     pd_slot_path slot_path; /* the path taken (HOST for host memory) */
     bool slot_path_chosen;  /* chosen (and said) since the channel connected */
     uint8_t *staging;       /* sender: depth pinned buffers of slot_bytes */
-    uint8_t *dev_slots;     /* receiver: depth device slots of slot_bytes */
+    uint8_t *dev_slots;     /* receiver: depth device slots, dev_stride apart */
+    size_t dev_stride;      /* receiver: slot_bytes, page-rounded when a direct path may be tried */
+    void *dev_alloc;        /* receiver: the device allocation dev_slots lies in */
+    unsigned slot_caps;     /* direct paths (PD_SLOT_CAN_*) this end may still try */
+    uint64_t staged_copies; /* copies through pinned host memory so far (none on a direct path) */
+    char slot_why[2 * PD_TP_REASON_BYTES]; /* why direct paths failed ("dmabuf: ...; peermem: ...") */
 };
 
 /* The default table: every entry fails with PD_ENOTSUP naming itself. */
@@ -198,6 +206,42 @@ void pd_tp_slots_close(pd_channel *ch);
 /* The channel connected: chooses ch->slot_path from its backend and what
  * this build offers, and says it in one log line for device memory. */
 void pd_tp_slots_choose(pd_channel *ch);
+/* The verbs paths for device memory (PD_SLOT_CAN_DMABUF | _PEERMEM). */
+#define PD_SLOT_CAN_VERBS (PD_SLOT_CAN_DMABUF | PD_SLOT_CAN_PEERMEM)
+
+/* What memory of `dev` may try beyond staging, a pure function: for a
+ * device with memory of its own (not the cpu's) the verbs paths, DMABUF
+ * where it exports dma_buf (export_dmabuf) and the build has
+ * ibv_reg_dmabuf_mr (have_dmabuf_mr), PEERMEM always (ibv_reg_mr on its
+ * pointers works only where nvidia-peermem is loaded, which only trying
+ * tells). The cpu device stages, unless force_peermem (tests, through
+ * $PD_TRANSPORT_FORCE_PEERMEM=1: its memory registered as a GPU's would
+ * be with peermem). CUDA IPC for shm is not built: never offered. */
+unsigned pd_tp_slot_caps(const struct pd_device *dev, bool have_dmabuf_mr, bool force_peermem);
+
+/* One attempt at a direct path: registers what the caller needs through
+ * `path` (DMABUF or PEERMEM); PD_OK, or a failure recorded with its
+ * message, having left nothing behind. */
+typedef pd_status (*pd_tp_slot_try)(void *ctx, pd_slot_path path);
+
+/* The chain: tries the path pd_transport_slot_path(backend, DEVICE,
+ * *caps) gives, while it is a direct one; a path that fails is cleared
+ * from *caps, said in one debug line naming channel `id` and appended to
+ * `why` ("dmabuf: <message>"), and the next one is tried. Returns the path
+ * taken: a direct one, or STAGED when none is left (the caller's
+ * fallback, nothing to try). */
+pd_slot_path pd_tp_slot_walk(uint32_t id, const char *backend, unsigned *caps, pd_tp_slot_try try_path, void *ctx,
+                             char *why, size_t why_size);
+
+/* Receiver: its backend writes payloads straight into the device slots
+ * (the path is DMABUF or PEERMEM): taking a message copies nothing. */
+bool pd_tp_slots_direct(const pd_channel *ch);
+
+/* Sender: the backend registered send region i through `path` (its
+ * sends then leave from the device without a copy) or found no direct
+ * path (STAGED, ch->slot_why says why); said in one info line. */
+void pd_tp_slots_region_path(pd_channel *ch, int i, pd_slot_path path);
+
 /* Sender: makes the bytes of send `seq` from `data` ready for the
  * backend; *out is where the backend reads them (data itself for host
  * memory, else its staging buffer). */

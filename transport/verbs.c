@@ -421,18 +421,27 @@ pd_status pd_vb_on_ctl(pd_channel *ch, pd_vb_conn *c, size_t bytes)
         out->depth = (uint32_t)depth;
         for (size_t i = 0; i < depth; i++)
             out->slot_rkey[i] = c->slot_mr[i]->rkey;
-        PD_CHECK(pd_vb_post_ctl(ch, c, PD_VB_CTL_HEAD + depth * sizeof(uint32_t)));
+        if (c->dev_mr) { /* payloads straight into the device slots */
+            out->dev_addr = (uintptr_t)ch->dev_slots;
+            out->dev_stride = ch->dev_stride;
+            for (size_t i = 0; i < depth; i++)
+                out->slot_rkey[depth + i] = c->dev_mr[i]->rkey;
+        }
+        PD_CHECK(pd_vb_post_ctl(ch, c, PD_VB_CTL_HEAD + (c->dev_mr ? 2 : 1) * depth * sizeof(uint32_t)));
         c->hs_done = true;
         return PD_OK;
     }
     if (in->type != PD_VB_READY || !c->peer_proven || ch->ready)
         return PD_ERROR(PD_ECOMM, "channel %u: verbs: unexpected control message %u", id, in->type);
-    if (bytes < PD_VB_CTL_HEAD + depth * sizeof(uint32_t) || in->depth != depth || in->stride != ch->stride ||
-        !in->addr)
-        return PD_ERROR(PD_ECOMM, "channel %u: verbs: the receiver's slots (%u x %llu) do not fit this channel", id,
-                        in->depth, (unsigned long long)in->stride);
+    if (bytes < PD_VB_CTL_HEAD + (in->dev_addr ? 2 : 1) * depth * sizeof(uint32_t) || in->depth != depth ||
+        in->stride != ch->stride || !in->addr || (in->dev_addr && in->dev_stride < ch->config.slot_bytes))
+        return PD_ERROR(PD_ECOMM, "channel %u: verbs: the receiver's slots (%u x %llu, device stride %llu) do not fit "
+                        "this channel", id, in->depth, (unsigned long long)in->stride,
+                        (unsigned long long)in->dev_stride);
     c->slot_addr = in->addr;
-    memcpy(c->slot_rkey, in->slot_rkey, depth * sizeof(uint32_t));
+    c->dev_slot_addr = in->dev_addr;
+    c->dev_slot_stride = in->dev_stride;
+    memcpy(c->slot_rkey, in->slot_rkey, (in->dev_addr ? 2 : 1) * depth * sizeof(uint32_t));
     c->hs_done = true;
     ch->ready = true;
     return PD_OK;

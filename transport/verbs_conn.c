@@ -33,15 +33,16 @@ static pd_status reg(pd_channel *ch, pd_vb_conn *c, void *addr, size_t bytes, in
 }
 
 /* Queue sizes (a message write has two pieces: the staged header and the
- * payload, staged or in place): the sender's send queue holds its message writes and the
- * proof, its receive queue READY and one receive per credit; the
+ * payload, staged or in place; into device slots it is two writes, the
+ * payload's and the header's): the sender's send queue holds its message
+ * writes and the proof, its receive queue READY and one receive per credit; the
  * receiver's send queue holds READY and the credit writes, its receive
  * queue the proof and one receive per slot. */
 static void queue_sizes(const pd_channel *ch, pd_tp_role role, uint32_t *send, uint32_t *recv)
 {
     uint32_t depth = (uint32_t)ch->config.depth;
 
-    *send = role == PD_TP_SENDER ? depth + 1 : PD_VB_CREDIT_SLOTS + 1;
+    *send = role == PD_TP_SENDER ? 2 * depth + 1 : PD_VB_CREDIT_SLOTS + 1;
     *recv = role == PD_TP_SENDER ? depth + 2 : depth + 1;
 }
 
@@ -58,7 +59,7 @@ static pd_status role_memory(pd_channel *ch, pd_vb_conn *c)
         memset(c->credit_src, 0, PD_VB_CREDIT_SLOTS * sizeof(uint64_t));
         return reg(ch, c, c->credit_src, PD_VB_CREDIT_SLOTS * sizeof(uint64_t), 0, &c->credit_src_mr);
     }
-    c->slot_rkey = calloc(depth, sizeof(*c->slot_rkey));
+    c->slot_rkey = calloc(2 * depth, sizeof(*c->slot_rkey));
     c->direct = calloc(depth, 1);
     /* The credit word alone on its page: the only thing a receiver may write. */
     if (posix_memalign((void **)&c->credit_word, PD_TP_PAGE, PD_TP_PAGE) != 0)
@@ -196,6 +197,8 @@ void pd_vb_conn_destroy(pd_vb_conn *c)
             rdma_destroy_id(c->id);
         for (int i = 0; i < c->slot_mrs; i++)
             dereg(c->slot_mr[i]);
+        for (int i = 0; c->dev_mr && i < c->slot_mrs; i++)
+            dereg(c->dev_mr[i]);
         dereg(c->ctl_mr);
         dereg(c->staging_mr);
         dereg(c->credit_mr);
@@ -224,6 +227,7 @@ void pd_vb_conn_destroy(pd_vb_conn *c)
         munmap(c->staging, c->staging_bytes);
     free(c->ctl);
     free(c->slot_mr);
+    free(c->dev_mr);
     free(c->slot_rkey);
     free(c->direct);
     free(c->credit_word);
@@ -288,8 +292,23 @@ pd_status pd_vb_post_ctl(pd_channel *ch, pd_vb_conn *c, size_t bytes)
 
 pd_status pd_vb_register_slots(pd_channel *ch, pd_vb_conn *c)
 {
+    size_t depth = (size_t)ch->config.depth;
+
     for (; c->slot_mrs < ch->config.depth; c->slot_mrs++)
         PD_CHECK(reg(ch, c, ch->slots + (size_t)c->slot_mrs * ch->stride, ch->stride, REMOTE_WRITE_ONLY,
                      &c->slot_mr[c->slot_mrs]));
+    /* Device slots: a region each, directly where a path works (the
+     * payloads then land there); else the slots stay the host ring's and
+     * taking a message copies (staged). */
+    if (!ch->dev_slots || !(ch->slot_caps & PD_SLOT_CAN_VERBS) || c->dev_mr)
+        return PD_OK;
+    c->dev_mr = calloc(depth, sizeof(*c->dev_mr));
+    if (!c->dev_mr)
+        return PD_ERROR(PD_ENOMEM, "channel %u: out of host memory", ch->config.channel_id);
+    if (pd_vb_reg_device(ch, c, ch->dev_slots, depth, ch->dev_stride, ch->dev_stride, REMOTE_WRITE_ONLY,
+                         c->dev_mr) == PD_SLOT_PATH_STAGED) {
+        free(c->dev_mr);
+        c->dev_mr = NULL;
+    }
     return PD_OK;
 }

@@ -25,6 +25,7 @@ static const char *wr_name(int kind)
     case PD_VB_WR_IMM_RECV: return "receive of an immediate";
     case PD_VB_WR_MSG_WRITE: return "message write";
     case PD_VB_WR_CREDIT_WRITE: return "credit write";
+    case PD_VB_WR_PAYLOAD_WRITE: return "payload write into a device slot";
     default: return "unknown work request";
     }
 }
@@ -53,6 +54,7 @@ static pd_status on_message(pd_channel *ch, pd_vb_conn *c, const struct ibv_wc *
     uint32_t imm = ntohl(wc->imm_data);
     uint64_t n = ch->arrived, slot = n % (uint64_t)ch->config.depth;
     pd_tp_header h;
+    uint64_t expect;
 
     if ((imm & ((1u << PD_VB_SLOT_BITS) - 1)) != slot || imm >> PD_VB_SLOT_BITS != (n & PD_VB_SEQ_MASK))
         return PD_ERROR(PD_ECOMM, "channel %u: message %llu: the write's immediate names slot %u, sequence bits %u; expected slot %llu",
@@ -61,9 +63,13 @@ static pd_status on_message(pd_channel *ch, pd_vb_conn *c, const struct ibv_wc *
     /* A private copy, checked before the slot is handed out. */
     memcpy(&h, ch->slots + slot * ch->stride, sizeof(h));
     PD_CHECK(pd_tp_header_check(ch, &h));
-    if (wc->byte_len != sizeof(h) + h.bytes)
-        return PD_ERROR(PD_ECOMM, "channel %u: message %llu: the write carried %u bytes, its header says 64 + %llu",
-                        ch->config.channel_id, (unsigned long long)n, wc->byte_len, (unsigned long long)h.bytes);
+    /* Into device slots the payload came in a write of its own (its
+     * region ends with the slot) and this one carried the header alone. */
+    expect = sizeof(h) + (c->dev_mr ? 0 : h.bytes);
+    if (wc->byte_len != expect)
+        return PD_ERROR(PD_ECOMM, "channel %u: message %llu: the write carried %u bytes, expected %llu (header: 64 + %llu)",
+                        ch->config.channel_id, (unsigned long long)n, wc->byte_len, (unsigned long long)expect,
+                        (unsigned long long)h.bytes);
     pd_tp_header_accept(ch, &h);
     return repost_imm(ch, c);
 }
@@ -102,7 +108,8 @@ static pd_status on_completion(pd_channel *ch, pd_vb_conn *c, const struct ibv_w
         advance_done(ch, c);
         break;
     case PD_VB_WR_CREDIT_WRITE: c->credit_done++; break;
-    case PD_VB_WR_CTL_SEND: break;
+    case PD_VB_WR_CTL_SEND:
+    case PD_VB_WR_PAYLOAD_WRITE: break;
     default: return PD_ERROR(PD_ECOMM, "channel %u: verbs: a completion of unknown work", ch->config.channel_id);
     }
     c->sq_done++;
@@ -125,12 +132,20 @@ static pd_status poll_cq(pd_channel *ch, pd_vb_conn *c, int *found)
 }
 
 /* Sender: registers the regions declared since the last look (once
- * each); one that cannot be registered is simply not used. */
+ * each); one that cannot be registered is simply not used. Device memory
+ * goes through the direct paths (a region of the device's sends from
+ * its place; one none works for stays staged). */
 static void register_regions(pd_channel *ch, pd_vb_conn *c)
 {
     for (; c->region_mrs < ch->nregions; c->region_mrs++) {
         const pd_tp_region *r = &ch->regions[c->region_mrs];
 
+        if (r->path != PD_SLOT_PATH_HOST) {
+            pd_tp_slots_region_path(ch, c->region_mrs,
+                                    pd_vb_reg_device(ch, c, (void *)r->data, 1, r->bytes, r->bytes, 0,
+                                                     &c->region_mr[c->region_mrs]));
+            continue;
+        }
         c->region_mr[c->region_mrs] = ibv_reg_mr(c->pd, (void *)r->data, r->bytes, 0);
         if (!c->region_mr[c->region_mrs])
             PD_LOG_DEBUGF("channel %u: verbs: region of %zu bytes not registered (%s); its sends are copied",
@@ -154,7 +169,11 @@ static const struct ibv_mr *region_of(const pd_vb_conn *c, const pd_tp_send *q)
 /* Sender: every posted send with a credit and a free staging slot (its
  * previous write completed: a write may be retransmitted from it until
  * then) is written: the header from the staging slot, the payload in place
- * from a registered region or else copied behind the header. */
+ * from a registered region or else copied behind the header. When the
+ * receiver's slots are on its device the payload goes first, in a write
+ * of its own into the device slot, and the header's write (with the
+ * immediate) follows: the receiver's completion of the later write on the
+ * same queue pair says that the earlier one was placed. */
 static pd_status start_sends(pd_channel *ch, pd_vb_conn *c)
 {
     uint64_t depth = (uint64_t)ch->config.depth;
@@ -165,28 +184,38 @@ static pd_status start_sends(pd_channel *ch, pd_vb_conn *c)
         uint64_t n = ch->started, slot = n % depth;
         uint8_t *stage = c->staging + slot * ch->stride;
         const struct ibv_mr *mr = q->bytes ? region_of(c, q) : NULL;
+        bool to_device = c->dev_slot_addr && q->bytes;
         struct ibv_sge sge[2] = {{.addr = (uintptr_t)stage, .length = (uint32_t)sizeof(q->header),
                                   .lkey = c->staging_mr->lkey},
                                  {.addr = (uintptr_t)q->data, .length = (uint32_t)q->bytes, .lkey = mr ? mr->lkey : 0}};
         struct ibv_send_wr wr = {.wr_id = (uint64_t)PD_VB_WR_MSG_WRITE << 32 | slot, .sg_list = sge,
-                                 .num_sge = mr ? 2 : 1, .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
+                                 .num_sge = mr && !to_device ? 2 : 1, .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
                                  .send_flags = IBV_SEND_SIGNALED},
+                           payload = {.wr_id = (uint64_t)PD_VB_WR_PAYLOAD_WRITE << 32 | slot, .sg_list = &sge[1],
+                                      .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED,
+                                      .next = &wr},
                            *bad;
 
         memcpy(stage, &q->header, sizeof(q->header));
         if (!mr && q->bytes) {
             memcpy(stage + sizeof(q->header), q->data, q->bytes);
-            sge[0].length += (uint32_t)q->bytes;
+            if (to_device)
+                sge[1] = (struct ibv_sge){.addr = (uintptr_t)(stage + sizeof(q->header)),
+                                          .length = (uint32_t)q->bytes, .lkey = c->staging_mr->lkey};
+            else
+                sge[0].length += (uint32_t)q->bytes;
         }
         c->direct[slot] = mr != NULL;
         /* The slot is the sender's own count, never what a header says. */
         wr.imm_data = htonl((uint32_t)(n & PD_VB_SEQ_MASK) << PD_VB_SLOT_BITS | (uint32_t)slot);
         wr.wr.rdma.remote_addr = c->slot_addr + slot * ch->stride;
         wr.wr.rdma.rkey = c->slot_rkey[slot];
-        errno = ibv_post_send(c->qp, &wr, &bad);
+        payload.wr.rdma.remote_addr = c->dev_slot_addr + slot * c->dev_slot_stride;
+        payload.wr.rdma.rkey = c->slot_rkey[depth + slot];
+        errno = ibv_post_send(c->qp, to_device ? &payload : &wr, &bad);
         if (errno)
             return pd_vb_errno(ch, "ibv_post_send");
-        c->sq_posted++;
+        c->sq_posted += to_device ? 2 : 1;
         ch->started++;
     }
     advance_done(ch, c);

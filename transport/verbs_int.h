@@ -28,7 +28,7 @@
 #include "transport/transport_int.h"
 
 #define PD_VB_MAGIC 0x31564450u /* "PDV1" */
-#define PD_VB_PROTO 1
+#define PD_VB_PROTO 2 /* 2: READY may offer device slots */
 #define PD_VB_CREDIT_SLOTS 16   /* credit writes in flight at most */
 #define PD_VB_SLOT_BITS 10      /* immediate: slot in the low bits (depth <= 1024) */
 #define PD_VB_SEQ_MASK ((1u << (32 - PD_VB_SLOT_BITS)) - 1)
@@ -63,7 +63,11 @@ typedef struct pd_vb_reply {
 
 /* A control message (SEND): PROOF from the sender, READY from the
  * receiver; READY carries one rkey per slot (every slot is its own memory
- * region, so no write can cross a slot's end). */
+ * region, so no write can cross a slot's end) and, when the receiver's
+ * slots are device memory registered directly (dmabuf, peermem), the
+ * device slots' address, stride and rkeys after the host slots' ones: the
+ * sender then writes a payload into the device slot and the header, with
+ * the immediate, into the host slot, where the receiver checks it. */
 typedef struct pd_vb_ctl {
     uint32_t magic;
     uint32_t type;
@@ -72,12 +76,21 @@ typedef struct pd_vb_ctl {
     uint64_t stride; /* READY */
     uint32_t rkey;   /* PROOF: the credit word */
     uint32_t depth;  /* READY */
-    uint32_t slot_rkey[PD_TP_MAX_DEPTH];
+    uint64_t dev_addr;   /* READY: device slot 0, 0 if the payloads go to the host slots */
+    uint64_t dev_stride; /* READY: bytes between device slots (each a region of this size) */
+    uint32_t slot_rkey[2 * PD_TP_MAX_DEPTH]; /* host slots', then device slots' */
 } pd_vb_ctl;
 #define PD_VB_CTL_HEAD offsetof(pd_vb_ctl, slot_rkey)
 
 /* Work request ids: kind << 32 | index. */
-enum { PD_VB_WR_CTL_RECV = 1, PD_VB_WR_CTL_SEND, PD_VB_WR_IMM_RECV, PD_VB_WR_MSG_WRITE, PD_VB_WR_CREDIT_WRITE };
+enum {
+    PD_VB_WR_CTL_RECV = 1,
+    PD_VB_WR_CTL_SEND,
+    PD_VB_WR_IMM_RECV,
+    PD_VB_WR_MSG_WRITE,
+    PD_VB_WR_CREDIT_WRITE,
+    PD_VB_WR_PAYLOAD_WRITE, /* a payload into a device slot, before its header's write */
+};
 
 /* One connection: its cm id and event channel, its own device context
  * (never librdmacm's, which a forked child would share with its parent),
@@ -109,7 +122,9 @@ typedef struct pd_vb_conn {
     uint64_t *credit_word;
     struct ibv_mr *credit_mr;
     uint64_t slot_addr;
-    uint32_t *slot_rkey;
+    uint32_t *slot_rkey;           /* depth host slots', then (dev_slot_addr) depth device slots' */
+    uint64_t dev_slot_addr;        /* the receiver's device slot 0, 0: payloads go to the host slots */
+    uint64_t dev_slot_stride;
     uint64_t acked;                /* message writes completed */
     uint8_t *direct;               /* per staging slot: written from a registered region */
     struct ibv_mr *region_mr[PD_TP_MAX_REGIONS]; /* ch->regions, NULL where registration failed */
@@ -119,6 +134,7 @@ typedef struct pd_vb_conn {
      * credit word, the sources of credit writes. */
     struct ibv_mr **slot_mr;
     int slot_mrs; /* registered so far */
+    struct ibv_mr **dev_mr; /* depth device slots registered directly, NULL if staged */
     uint64_t credit_addr;
     uint32_t credit_rkey;
     uint64_t *credit_src;
@@ -157,6 +173,15 @@ pd_status pd_vb_post_ctl(pd_channel *ch, pd_vb_conn *c, size_t bytes);
 
 /* Receiver: registers every slot for local and remote write. */
 pd_status pd_vb_register_slots(pd_channel *ch, pd_vb_conn *c);
+
+/* Registers `count` ranges of `bytes`, `stride` apart from `base`, of the
+ * channel's device memory (a region each, `access`) through the first
+ * direct path of ch->slot_caps that works: dmabuf, then peermem (each
+ * failure cleared from slot_caps, said at debug and kept in ch->slot_why).
+ * Returns DMABUF or PEERMEM with mrs[0..count) filled, or STAGED with none
+ * (the caller stages). */
+pd_slot_path pd_vb_reg_device(pd_channel *ch, pd_vb_conn *c, void *base, size_t count, size_t stride, size_t bytes,
+                              int access, struct ibv_mr **mrs);
 
 /* One step of a connection without blocking: completion events, work
  * completions, cm events, then sends (sender) or credits (receiver), and

@@ -220,6 +220,15 @@ typedef struct pd_device_ops {
     pd_status (*host_alloc)(pd_device *dev, size_t bytes, void **out);
     void (*host_free)(pd_device *dev, void *ptr);
 
+    /* Optional (NULL where a device has none, as the CPU): a dmabuf file
+     * descriptor for [ptr, ptr + bytes) of this device's memory, for an
+     * RDMA adapter to register (ibv_reg_dmabuf_mr: GPUDirect RDMA). The
+     * range exported is rounded out to the host page size and must stay
+     * within one allocation (one padded by a page on each side does);
+     * *offset is ptr's offset in it. The caller closes *fd. PD_ENOTSUP
+     * where the device or its driver cannot export dma_buf. */
+    pd_status (*export_dmabuf)(pd_device *dev, const void *ptr, size_t bytes, int *fd, uint64_t *offset);
+
     /* Events time work on the device itself: event_record marks the point
      * after all work queued so far; event_elapsed_ms waits until `stop` is
      * reached and gives the milliseconds from `start` to `stop` (both

@@ -173,8 +173,9 @@ const char *pd_channel_backend(const pd_channel *ch);
 
 /* How this end reaches its memory (config.memory): PD_SLOT_PATH_HOST for
  * host memory; for device memory the path its backend took once
- * connected (PD_SLOT_PATH_STAGED before). Each end chooses its own path:
- * the messages on the wire are the same. */
+ * connected (PD_SLOT_PATH_STAGED before): a receiver's for its slots, a
+ * sender's that of the last buffer it registered directly (staged until
+ * one is). Each end chooses its own path. */
 pd_slot_path pd_channel_slot_path(pd_channel *ch);
 
 /* Advances set-up, transfers and credits without blocking. Returns the
@@ -206,13 +207,16 @@ pd_status pd_channel_send_done(pd_channel *ch, uint64_t seq, bool *done);
  * passes (PD_ETIMEOUT; < 0 means the channel's timeout). */
 pd_status pd_channel_send_wait(pd_channel *ch, uint64_t seq, int timeout_ms);
 
-/* Sender, optional: declares [data, data + bytes) host memory that stays
- * allocated (and is not moved) until the channel closes, so that sends
- * from inside it may leave without a copy: verbs registers it once and
- * writes from it directly, and such a send is done only when the receiver
- * has it. Sends from other memory are copied. PD_ESTATE on a receiving
- * end or beyond 8 regions; PD_ENOTSUP on a sender whose memory is a
- * device's (its staging memory is registered by the channel itself). */
+/* Sender, optional: declares [data, data + bytes) memory (of config.memory)
+ * that stays allocated (and is not moved) until the channel closes, so
+ * that sends from inside it may leave without a copy: verbs registers it
+ * once and writes from it directly, and such a send is done only when the
+ * receiver has it. Sends from other memory are copied. Device memory is
+ * registered directly (dmabuf, else peermem) once connected over verbs;
+ * where neither works, or over another backend, its sends are staged.
+ * PD_ESTATE on a receiving end or beyond 8 regions (7 for device
+ * memory); PD_ENOTSUP on a sender whose device offers no direct path
+ * (the cpu device: its sends are staged). */
 pd_status pd_channel_register(pd_channel *ch, const void *data, size_t bytes);
 
 /* Takes the next message if one has arrived (*ready true) without

@@ -615,6 +615,7 @@ static const pd_device_ops cuda_ops = {
     .memory_stats = cuda_memory_stats,
     .host_alloc = cuda_host_alloc,
     .host_free = cuda_host_free,
+    .export_dmabuf = pd_cuda_export_dmabuf,
     .event_create = cuda_event_create,
     .event_record = cuda_event_record,
     .event_elapsed_ms = cuda_event_elapsed_ms,

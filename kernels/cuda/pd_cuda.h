@@ -80,6 +80,10 @@ pd_status pd_cuda_enter(pd_device *dev, pd_cuda_state **out);
  * only work queued later on the stream can get it: no wait. */
 pd_status pd_cuda_scratch(pd_device *dev, size_t bytes, void **out);
 
+/* The export_dmabuf entry (dmabuf.c): a dma_buf descriptor for device
+ * memory, the driver's functions taken at run time (no libcuda link). */
+pd_status pd_cuda_export_dmabuf(pd_device *dev, const void *ptr, size_t bytes, int *fd, uint64_t *offset);
+
 /* Records "<call> failed: <CUDA's message> (<error name>)" at file:line:
  * PD_ENOMEM for an allocation failure, PD_EDEVICE for anything else. It
  * also clears the runtime's last error, so that a handled failure (say, an

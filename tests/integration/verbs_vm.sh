@@ -70,6 +70,15 @@ elif ! grep -q 'pdvm.unit=0' <<<"${PD_VM_ARGS:-}"; then
     echo "FAIL: the verbs reject did not fall back to tcp (test_verbs_reject_falls_back)"
     status=1
 fi
+# Device memory over verbs: the peermem path for real on the cpu device.
+if grep -q 'STEP unit_test_transport_gpu: PASS' "$work/vm.log" &&
+    grep -q '^ok .* - cpu slots over verbs: the receiver took the peermem path over verbs' "$work/vm.log"; then
+    echo "# device memory: $(grep -m1 'info: channel .*: receiving over verbs, slots in memory of cpu: path peermem' "$work/vm.log" | sed 's/^.*info: //')"
+elif ! grep -q 'pdvm.unit=0' <<<"${PD_VM_ARGS:-}"; then
+    echo "FAIL: test_transport_gpu did not pass over verbs with the peermem path"
+    grep -E '^not ok|last error|sender \(' "$work/vm.log" | head -20
+    status=1
+fi
 echo "# host load before and after the VM: $load0 / $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# medians over the rounds (MB = 10^6 bytes); ratio: median of the rounds' channel / ib_write_bw, [min, max]"
 echo "#    bytes depth channel_MB/s ib_write_bw_MB/s  ratio [range]  (target >= 0.90)"

@@ -29,6 +29,7 @@ program() {
     exit 1
 }
 TEST=$(program tests/unit test_transport)
+GPUTEST=$(program tests/unit test_transport_gpu)
 PIPEDREAM=$(program src/cli pipedream)
 IB_WRITE_BW=$CACHE/perftest/usr/bin/ib_write_bw
 [ -x "$IB_WRITE_BW" ] || skip "perftest is not unpacked in $CACHE (run vm-setup.sh)"
@@ -54,6 +55,7 @@ rm -f "$R/usr/bin/ip" # iproute2's (busybox's cannot make veth pairs); /init cal
 cp "$IP" "$R/usr/sbin/ip"
 cp "$RDMA" "$R/usr/bin/rdma"
 cp "$TEST" "$R/usr/bin/test_transport"
+cp "$GPUTEST" "$R/usr/bin/test_transport_gpu"
 cp "$PIPEDREAM" "$R/usr/bin/pipedream"
 cp "$IB_WRITE_BW" "$R/usr/bin/ib_write_bw"
 cp -L "$PROVIDER" "$R$LIBDIR/libibverbs/"
@@ -62,7 +64,7 @@ cp /etc/libibverbs.d/rxe.driver "$R/etc/libibverbs.d/"
 # Shared libraries (libpipedream from the build tree); libgcc_s is
 # dlopen()ed by glibc for thread cancellation, so ldd does not list it.
 {
-    for f in "$TEST" "$PIPEDREAM" "$IB_WRITE_BW" "$IP" "$RDMA" "$PROVIDER"; do
+    for f in "$TEST" "$GPUTEST" "$PIPEDREAM" "$IB_WRITE_BW" "$IP" "$RDMA" "$PROVIDER"; do
         LD_LIBRARY_PATH="$B/src/.libs" ldd "$f"
     done
     echo " libgcc_s.so.1 => $LIBDIR/libgcc_s.so.1"

@@ -1,9 +1,16 @@
 /* Channels whose memory is a device's (docs/transport.md, "Device memory"):
- * the choice of path as a pure function; configuration errors; and, for
- * each of the "cpu" device (which runs the same staging code on host
- * memory) and a CUDA device (skipped without one), messages written from
- * device memory by a sender in another process arrive intact in the
- * receiver's device slots over shm and tcp, each end reporting its path.
+ * the choice of path as a pure function, the capabilities a device offers
+ * and the chain that tries the direct paths in order (every combination of
+ * backend, device, dmabuf support and which registrations work);
+ * configuration errors; and, for each of the "cpu" device (which runs the
+ * same staging code on host memory) and a CUDA device (skipped without
+ * one), messages written from device memory by a sender in another process
+ * arrive intact in the receiver's device slots over shm and tcp, each end
+ * reporting its path. Where an RDMA port is active (the soft-RoCE VM of
+ * tests/integration/verbs_vm.sh) the same runs over verbs, staged, and
+ * with $PD_TRANSPORT_FORCE_PEERMEM=1 on the peermem path for real
+ * (ibv_reg_mr on the device slots and registered device buffers): the
+ * messages arrive with no staging copy at either end.
  * Plain TAP (no cmocka: the GPU machines may lack it). The sender is this
  * program run again ("--sender ..."): exec'd, so that it opens its device
  * in a fresh process. */
@@ -19,6 +26,10 @@
 #include <pipedream.h>
 
 #include "test_tap.h"
+#include "transport/transport_int.h"
+#ifdef PD_TP_VERBS
+#include "transport/verbs_int.h"
+#endif
 
 #define DEPTH 3
 #define SLOT_BYTES (((size_t)1 << 20) + 3)
@@ -49,9 +60,40 @@ static pd_channel_config channel_config(pd_device *dev, const pd_transport_token
     return c;
 }
 
+static bool forced_peermem(void)
+{
+    const char *force = getenv("PD_TRANSPORT_FORCE_PEERMEM");
+
+    return force && strcmp(force, "1") == 0;
+}
+
+/* Whether device memory of `devname` may be registered for sends: where
+ * the device offers a direct path to try (a GPU; the cpu device forced). */
+static bool may_register(const char *devname) { return strcmp(devname, "cpu") != 0 || forced_peermem(); }
+
+static bool direct(pd_slot_path path) { return path == PD_SLOT_PATH_DMABUF || path == PD_SLOT_PATH_PEERMEM; }
+
+/* Whether `path` is the one a pair of `devname` over `backend` must take:
+ * staging but over verbs, where the forced cpu device takes peermem and a
+ * GPU whatever its adapter allows (dmabuf, peermem or staging: only
+ * consistency with the copies is checked then). */
+static bool path_ok(const char *devname, const char *backend, pd_slot_path path)
+{
+    if (strcmp(backend, "verbs") != 0)
+        return path == PD_SLOT_PATH_STAGED;
+    if (strcmp(devname, "cpu") == 0)
+        return path == (forced_peermem() ? PD_SLOT_PATH_PEERMEM : PD_SLOT_PATH_STAGED);
+    return path == PD_SLOT_PATH_STAGED || direct(path);
+}
+
+/* A direct path copies nothing; staging copies every message with bytes. */
+static bool copies_ok(pd_slot_path path, uint64_t copies) { return direct(path) ? copies == 0 : copies > 0; }
+
 /* The other process: sends MESSAGES messages from device memory, then
  * waits until the receiver closes `done_fd`. Exit 0, or 1 on an error, 2
- * on a wrong path, 3 when registering device memory is not refused. */
+ * on a wrong path, 3 when registering device memory is refused on a
+ * direct path or not refused on the staged one, 4 when a direct path
+ * still copied. */
 static int sender_main(char **argv)
 {
     const char *devname = argv[2], *backend = argv[3], *address = argv[4];
@@ -77,10 +119,16 @@ static int sender_main(char **argv)
     if (pd_channel_connect(&c, address, &ch) != PD_OK || pd_channel_wait_connected(&ch, 1, -1) != PD_OK)
         goto out;
     rc = 3;
-    if (pd_channel_register(ch, bufs[0], 1) != PD_ENOTSUP)
-        goto out;
+    if (!may_register(devname)) {
+        if (pd_channel_register(ch, bufs[0], 1) != PD_ENOTSUP)
+            goto out;
+    } else {
+        for (int i = 0; i < MESSAGES; i++)
+            if (pd_channel_register(ch, bufs[i], SLOT_BYTES) != PD_OK)
+                goto out;
+    }
     rc = 2;
-    if (pd_channel_slot_path(ch) != PD_SLOT_PATH_STAGED || strcmp(pd_channel_backend(ch), backend) != 0)
+    if (!path_ok(devname, backend, pd_channel_slot_path(ch)) || strcmp(pd_channel_backend(ch), backend) != 0)
         goto out;
     rc = 1;
     for (int i = 0; i < MESSAGES; i++) {
@@ -93,6 +141,9 @@ static int sender_main(char **argv)
             goto out;
     }
     if (pd_channel_send_wait(ch, MESSAGES - 1, -1) != PD_OK)
+        goto out;
+    rc = 4;
+    if (!copies_ok(pd_channel_slot_path(ch), ch->staged_copies))
         goto out;
     while (read(done_fd, &byte, 1) > 0) {
     }
@@ -181,9 +232,11 @@ static void run_pair(const char *self, const char *devname, const char *backend)
         goto out;
     }
     if (receive_all(ch, dev, what)) {
-        ok(pd_channel_slot_path(ch) == PD_SLOT_PATH_STAGED && strcmp(pd_channel_backend(ch), backend) == 0,
+        ok(path_ok(devname, backend, pd_channel_slot_path(ch)) && strcmp(pd_channel_backend(ch), backend) == 0,
            "%s: the receiver took the %s path over %s", what, pd_slot_path_name(pd_channel_slot_path(ch)),
            pd_channel_backend(ch));
+        ok(copies_ok(pd_channel_slot_path(ch), ch->staged_copies), "%s: the receiver made %llu staging copies",
+           what, (unsigned long long)ch->staged_copies);
     }
 out:
     if (done[1] >= 0)
@@ -197,6 +250,29 @@ out:
     }
     pd_channel_close(ch);
     pd_device_close(dev);
+}
+
+/* Over verbs, where an RDMA port is active: the cpu device staged, a GPU
+ * (skipped without one) on whatever path its adapter allows, then the cpu
+ * device on the peermem path for real (forced: ibv_reg_mr on its memory). */
+static void run_verbs_pairs(void)
+{
+#ifdef PD_TP_VERBS
+    char ip[64];
+
+    if (pd_vb_find_address(NULL, ip, sizeof(ip)) != PD_OK) {
+        printf("# verbs: no active RDMA port here; the verbs pairs are left out\n");
+        return;
+    }
+    unsetenv("PD_TRANSPORT_FORCE_PEERMEM");
+    run_pair("/proc/self/exe", "cpu", "verbs");
+    run_pair("/proc/self/exe", "cuda", "verbs");
+    setenv("PD_TRANSPORT_FORCE_PEERMEM", "1", 1);
+    run_pair("/proc/self/exe", "cpu", "verbs");
+    unsetenv("PD_TRANSPORT_FORCE_PEERMEM");
+#else
+    printf("# verbs: not built; the verbs pairs are left out\n");
+#endif
 }
 
 static void test_path_choice(void)
@@ -230,6 +306,142 @@ static void test_path_choice(void)
        "path names");
 }
 
+static pd_status fake_export(pd_device *dev, const void *ptr, size_t bytes, int *fd, uint64_t *offset)
+{
+    return PD_ERROR(PD_ENOTSUP, "not a real device");
+}
+
+/* What each kind of device offers: a GPU (any device with memory of its
+ * own) the verbs paths, dmabuf only where it exports and the build
+ * registers dma_buf; the cpu device nothing unless forced (peermem). */
+static void test_slot_caps(void)
+{
+    static const pd_device_ops export_ops = {.export_dmabuf = fake_export}, plain_ops = {0};
+    pd_device gpu = {.kind = PD_DEVICE_CUDA, .ops = &export_ops}, old_gpu = {.kind = PD_DEVICE_CUDA, .ops = &plain_ops};
+    pd_device cpu = {.kind = PD_DEVICE_CPU, .ops = &plain_ops};
+
+    ok(pd_tp_slot_caps(&gpu, true, false) == (PD_SLOT_CAN_DMABUF | PD_SLOT_CAN_PEERMEM) &&
+           pd_tp_slot_caps(&gpu, false, false) == PD_SLOT_CAN_PEERMEM &&
+           pd_tp_slot_caps(&old_gpu, true, false) == PD_SLOT_CAN_PEERMEM,
+       "a GPU offers dmabuf (where it exports and the build has ibv_reg_dmabuf_mr) and peermem");
+    ok(pd_tp_slot_caps(&cpu, true, false) == 0 && pd_tp_slot_caps(&cpu, false, false) == 0 &&
+           pd_tp_slot_caps(NULL, true, true) == 0,
+       "the cpu device offers nothing (it stages)");
+    ok(pd_tp_slot_caps(&cpu, true, true) == PD_SLOT_CAN_PEERMEM,
+       "the cpu device offers peermem when forced");
+}
+
+/* A stand-in for the registrations: which paths work, which were tried. */
+typedef struct fake_reg {
+    bool dmabuf_works, peermem_works;
+    unsigned tried;
+} fake_reg;
+
+static pd_status fake_try(void *ctx, pd_slot_path path)
+{
+    fake_reg *f = ctx;
+    bool works = path == PD_SLOT_PATH_DMABUF ? f->dmabuf_works : path == PD_SLOT_PATH_PEERMEM && f->peermem_works;
+
+    f->tried |= 1u << path;
+    return works ? PD_OK : PD_ERROR(PD_ECOMM, "%s refused", pd_slot_path_name(path));
+}
+
+/* The chain for every backend, device (cpu, GPU), dmabuf in the build or
+ * not, and each of dmabuf and peermem working or not: the path taken and
+ * the paths tried, against what docs/transport.md says. */
+static void test_chain(void)
+{
+    static const char *const backends[] = {"verbs", "shm", "tcp", "mpi"};
+    static const pd_device_ops export_ops = {.export_dmabuf = fake_export}, plain_ops = {0};
+    pd_device gpu = {.kind = PD_DEVICE_CUDA, .ops = &export_ops}, cpu = {.kind = PD_DEVICE_CPU, .ops = &plain_ops};
+    int cases = 0, wrong = 0;
+
+    for (int b = 0; b < 4; b++)
+        for (int d = 0; d < 2; d++)
+            for (int m = 0; m < 2; m++)
+                for (int w = 0; w < 4; w++) {
+                    bool verbs = b == 0, is_gpu = d == 1, have_mr = m == 1;
+                    fake_reg f = {.dmabuf_works = w & 1, .peermem_works = (w & 2) != 0};
+                    unsigned caps = pd_tp_slot_caps(is_gpu ? &gpu : &cpu, have_mr, false);
+                    char why[2 * PD_TP_REASON_BYTES] = "";
+                    pd_slot_path got = pd_tp_slot_walk(7, backends[b], &caps, fake_try, &f, why, sizeof(why));
+                    pd_slot_path want = PD_SLOT_PATH_STAGED;
+                    unsigned want_tried = 0;
+
+                    if (verbs && is_gpu) {
+                        if (have_mr)
+                            want_tried |= 1u << PD_SLOT_PATH_DMABUF;
+                        if (have_mr && f.dmabuf_works)
+                            want = PD_SLOT_PATH_DMABUF;
+                        else {
+                            want_tried |= 1u << PD_SLOT_PATH_PEERMEM;
+                            if (f.peermem_works)
+                                want = PD_SLOT_PATH_PEERMEM;
+                        }
+                    }
+                    cases++;
+                    if (got != want || f.tried != want_tried ||
+                        (want == PD_SLOT_PATH_STAGED && verbs && is_gpu && !strstr(why, "peermem: peermem refused")) ||
+                        (have_mr && verbs && is_gpu && !f.dmabuf_works && !strstr(why, "dmabuf: dmabuf refused"))) {
+                        wrong++;
+                        printf("# %s, %s, dmabuf MR %s, dmabuf %s, peermem %s: path %s (want %s), tried 0x%x "
+                               "(want 0x%x), why '%s'\n",
+                               backends[b], is_gpu ? "gpu" : "cpu", have_mr ? "built" : "absent",
+                               f.dmabuf_works ? "works" : "fails", f.peermem_works ? "works" : "fails",
+                               pd_slot_path_name(got), pd_slot_path_name(want), f.tried, want_tried, why);
+                    }
+                }
+    ok(wrong == 0, "the chain takes the first working path of dmabuf, peermem, staging (%d of %d cases wrong)",
+       wrong, cases);
+}
+
+/* The device layer's dma_buf export: the cpu device has none; a GPU
+ * (skipped without one) gives a descriptor for the page-rounded range
+ * and the offset of the pointer in it, or says why it cannot. */
+static void test_export_dmabuf(void)
+{
+    pd_device *dev = NULL;
+    void *p = NULL;
+    long page = sysconf(_SC_PAGESIZE);
+    uint64_t offset = 1;
+    int fd = -1;
+    pd_status s;
+
+    if (pd_device_open("cpu", &dev) == PD_OK)
+        ok(dev->ops->export_dmabuf == NULL, "the cpu device exports no dma_buf (it stages)");
+    pd_device_close(dev);
+    dev = NULL;
+    if (pd_device_open("cuda", &dev) != PD_OK) {
+        skip("cuda: export_dmabuf: no such device here: %s", pd_last_error());
+        return;
+    }
+    if (!dev->ops->export_dmabuf || dev->mem->alloc(dev, 4 * (size_t)page, &p) != PD_OK) {
+        ok(false, "cuda: the device has export_dmabuf and 4 pages of memory");
+        goto out;
+    }
+    /* A range from inside the first page to inside the third. */
+    s = dev->ops->export_dmabuf(dev, (uint8_t *)p + 100, 2 * (size_t)page, &fd, &offset);
+    if (s == PD_ENOTSUP) {
+        skip("cuda: export_dmabuf: %s", pd_last_error());
+    } else {
+        uintptr_t start = ((uintptr_t)p + 100) & ~(uintptr_t)(page - 1);
+        off_t size = fd >= 0 ? lseek(fd, 0, SEEK_END) : -1;
+
+        ok(s == PD_OK && fd >= 0 && offset == (uintptr_t)p + 100 - start,
+           "cuda: export_dmabuf gives a descriptor (%d) and the offset in the rounded range (%llu)", fd,
+           (unsigned long long)offset);
+        printf("# cuda: the dma_buf is %lld bytes (the range rounded to pages: %lld)\n", (long long)size,
+               (long long)(((uintptr_t)p + 100 + 2 * (size_t)page + (size_t)page - 1) / (size_t)page * (size_t)page -
+                           start));
+    }
+    if (fd >= 0)
+        close(fd);
+out:
+    if (p)
+        dev->mem->free(dev, p);
+    pd_device_close(dev);
+}
+
 static void test_bad_config(void)
 {
     pd_transport_token token;
@@ -257,11 +469,15 @@ int main(int argc, char **argv)
     if (argc == 7 && strcmp(argv[1], "--sender") == 0)
         return sender_main(argv);
     test_path_choice();
+    test_slot_caps();
+    test_chain();
+    test_export_dmabuf();
     test_bad_config();
     for (int d = 0; d < 2; d++) {
         run_pair("/proc/self/exe", devices[d], "shm");
         run_pair("/proc/self/exe", devices[d], "tcp");
     }
+    run_verbs_pairs();
     printf("1..%d\n", tap_cases);
     return tap_failures ? 1 : 0;
 }
