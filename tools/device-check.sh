@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The one script a session lent the H200 runs (docs/cuda.md gives the exact
 # `run` call): builds pipedream with CUDA out of tree, then
-# tools/device-run.sh runs the CUDA unit test and the backend-ops harness
-# (every op on the GPU against the CPU), a Fashion-MNIST training on the GPU
+# tools/device-run.sh runs the CUDA unit test, the device-memory channel
+# test (CUDA slots over shm and tcp, dma_buf export) and the backend-ops
+# harness (every op on the GPU against the CPU), a Fashion-MNIST training on
+# the GPU and on the CPU, a 2-stage LeNet pipeline (mpirun -np 2) on the GPU
 # and on the CPU, the training-step benchmarks of VGG16, ResNet-50, AlexNet
 # and Inception-v3 in f32 and bf16 beside PyTorch's, and writes the logs,
 # results.json, bench.csv and summary.md under $OUT within a time budget.
@@ -11,10 +13,11 @@
 #        tools/device-check.sh --prepare
 #   (none)        the H200 run: CUDA build, GPU checks, paper-size benchmarks.
 #   --dry-run     every step on the CPU backend at tiny sizes (test_cuda_ops
-#                 checks the cpu against itself, "GPU" runs use --device cpu),
+#                 checks the cpu against itself, test_transport_gpu's cuda
+#                 cases skip, "GPU" runs use --device cpu),
 #                 so the logic, parsing, tables and timeouts run anywhere.
 #   --no-build    use the build in BUILD_DIR as it is (configure and make
-#                 skipped; the three programs must be there).
+#                 skipped; the four programs must be there).
 #   --full-check  also `make check` (not in the budget: minutes on its own).
 #   --prepare     on the build host, before the `run` call: fill .device/
 #                 (ignored, carried) with what the device lacks: jansson's
@@ -151,7 +154,7 @@ if [ "$mode" = device ] && [ "$gpu_present" = no ]; then
 fi
 
 # ---- build -----------------------------------------------------------------
-programs=(src/cli/pipedream tests/unit/test_cuda_ops tests/backend_ops/test_backend_ops)
+programs=(src/cli/pipedream tests/unit/test_cuda_ops tests/unit/test_transport_gpu tests/backend_ops/test_backend_ops)
 if [ "$build" = yes ]; then
     # configure: the one in the tree, the carried autotools outputs, or autogen.sh.
     if [ ! -x "$src/configure" ] && [ -r "$src/.device/autotools.tar.gz" ]; then

@@ -85,6 +85,14 @@ step test_cuda_ops "$test_max" 5 "$PD_BUILD/tests/unit/test_cuda_ops"
 unset PD_TEST_DEVICE
 cp "$work/test_cuda_ops.out" "$out/test_cuda_ops.tap" 2>/dev/null
 
+# ---- 1b. channels with slots in device memory ------------------------------
+# cpu and cuda slots over shm and tcp through pinned-host staging, the CUDA
+# device's export_dmabuf; in a dry run (no GPU) its cuda cases skip. No
+# RDMA NIC on the device: its verbs pairs are left out (a comment line).
+log "test_transport_gpu"
+step test_transport_gpu 60 5 "$PD_BUILD/tests/unit/test_transport_gpu"
+cp "$work/test_transport_gpu.out" "$out/test_transport_gpu.tap" 2>/dev/null
+
 # ---- 2. every graph-level op on every backend against the CPU's -----------
 # No -b: the harness compares another backend with the CPU only when the
 # CPU ran first in the same process (it keeps the CPU's results).
@@ -114,6 +122,53 @@ if [ -n "$data" ] && [ -d "$data" ]; then
 else
     log "fmnist: no Fashion-MNIST here (DATA, .device/fashion-mnist or /usr/share/datasets/fashion-mnist)"
     echo "no Fashion-MNIST: set DATA or carry .device/fashion-mnist (tools/device-check.sh --prepare)" >"$work/fmnist.missing"
+fi
+
+# ---- 3b. a 2-stage 1f1b pipeline of LeNet, both ranks on the GPU, then on the CPU
+# Two ranks under mpirun share the one GPU; the cut tensors travel through
+# host memory (the runtime copies them to and from the device). lr 0.01:
+# at 0.05 a rounding-level change (OpenMP threads 1 -> 2) moved the test
+# accuracy after 100 steps by 2 points; at 0.01 by 0.13 (docs/cuda.md).
+pipeline_why=""
+if [ -z "$data" ] || [ ! -d "$data" ]; then
+    pipeline_why="no Fashion-MNIST: set DATA or carry .device/fashion-mnist (tools/device-check.sh --prepare)"
+elif ! grep -q '^#define HAVE_MPI 1' "$PD_BUILD/config.h" 2>/dev/null; then
+    pipeline_why="this build has no MPI (configure found no mpicc or mpi.h): the pipeline runtime needs it"
+elif ! command -v mpirun >/dev/null 2>&1; then
+    pipeline_why="mpirun is not installed"
+fi
+if [ -n "$pipeline_why" ]; then
+    log "pipeline: not run: $pipeline_why"
+    echo "$pipeline_why" >"$work/pipeline.missing"
+else
+    mpirun_flags=()
+    if mpirun --version 2>&1 | grep -q "Open MPI"; then
+        mpirun_flags=(--oversubscribe)
+        case "$(mpirun --version 2>&1)" in # shared memory and TCP between the ranks of one machine
+        *"Open MPI) "[1-4].*) export OMPI_MCA_btl=${OMPI_MCA_btl:-self,vader,tcp} ;;
+        *) export OMPI_MCA_btl=${OMPI_MCA_btl:-self,sm,tcp} ;;
+        esac
+    fi
+    cat >"$work/lenet2.plan.json" <<'JSON'
+{"cluster": {"levels": "2x1GB/s"}, "stages": [{"first_layer": "conv1", "last_layer": "pool2", "replicas": 1},
+ {"first_layer": "flatten", "last_layer": "loss", "replicas": 1}]}
+JSON
+    # The profile names the plan's nodes; measured on the CPU (seconds).
+    log "pipeline-profile: lenet on cpu (the plan's node names)"
+    if step pipeline-profile 30 5 "$pipedream" profile --model lenet --device cpu --batch-size 64 --warmup 1 \
+        --iterations 1 -o "$work/lenet.profile.json"; then
+        for where in gpu cpu; do
+            dev=cpu
+            if [ "$where" = gpu ]; then dev=$device; fi
+            log "pipeline-$where: lenet, 2 stages 1f1b on 2 ranks, $dev (100 steps, seed 1)"
+            # Ranks share the cores: half of them each.
+            OMP_NUM_THREADS=$(($(nproc) > 1 ? $(nproc) / 2 : 1)) step "pipeline-$where" 90 15 \
+                mpirun "${mpirun_flags[@]}" -np 2 "$pipedream" train --model lenet --device "$dev" --data "$data" \
+                --seed 1 --batch 64 --lr 0.01 --momentum 0.9 --steps 100 --plan "$work/lenet2.plan.json" \
+                --profile "$work/lenet.profile.json" --metrics "$work/pipeline-$where.csv" --log-every 200 \
+                --progress-every 1000
+        done
+    fi
 fi
 
 # ---- 4. PyTorch's training steps, one process for every config -------------
