@@ -18,16 +18,30 @@
 #include "transport/transport_int.h"
 
 #define HS_MAGIC 0x31484450u /* "PDH1" */
-#define HS_PROTO 1
+#define HS_PROTO 2 /* 2: READY's flags and the CUDA IPC frames */
 
-enum { HS_HELLO = 1, HS_PROOF = 2, HS_READY = 3, HS_REJECT = 4 };
+enum { HS_HELLO = 1, HS_PROOF = 2, HS_READY = 3, HS_REJECT = 4, HS_IPC_LOW = 5, HS_IPC_HIGH = 6, HS_IPC_ANSWER = 7 };
 
+#define HS_READY_IPC 1u /* READY's flags: the CUDA IPC frames follow */
+
+/* After the head: the handshake's fields, or a CUDA IPC frame's value
+ * (offset, stride; the answer: 1 mapped, 0 not) and 32 bytes (half the
+ * handle; the answer's reason). */
 typedef struct hs_frame {
     pd_tp_frame_head head;
-    uint64_t stride;
-    uint8_t nonce[16];
-    uint64_t mac;
-    uint8_t reserved[8];
+    union {
+        struct {
+            uint64_t stride;
+            uint8_t nonce[16];
+            uint64_t mac;
+            uint32_t flags;
+            uint8_t reserved[4];
+        };
+        struct {
+            uint64_t ipc_value;
+            uint8_t ipc_bytes[32];
+        };
+    };
 } hs_frame;
 _Static_assert(sizeof(hs_frame) == 64, "handshake frames are 64 bytes");
 
@@ -144,10 +158,10 @@ uint64_t pd_tp_hs_proof(const pd_channel *ch, int prover_role, const uint8_t *ve
     return pd_tp_siphash(ch->token.bytes, msg, sizeof(msg));
 }
 
-static pd_status send_frame(pd_channel *ch, pd_tp_hs *hs, int type, const int *fds, int nfds)
+/* Sends frame f with descriptors. */
+static pd_status frame_send(pd_channel *ch, pd_tp_hs *hs, hs_frame *f, const int *fds, int nfds)
 {
-    hs_frame f;
-    struct iovec iov = {&f, sizeof(f)};
+    struct iovec iov = {f, sizeof(*f)};
     union {
         struct cmsghdr align;
         char buf[CMSG_SPACE(sizeof(int) * PD_TP_HS_MAX_FDS)];
@@ -155,12 +169,6 @@ static pd_status send_frame(pd_channel *ch, pd_tp_hs *hs, int type, const int *f
     struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1};
     ssize_t n;
 
-    memset(&f, 0, sizeof(f));
-    pd_tp_frame_head_fill(&f.head, ch, HS_MAGIC, HS_PROTO, type, hs->role);
-    f.stride = ch->stride;
-    memcpy(f.nonce, hs->nonce, sizeof(f.nonce));
-    if (type == HS_PROOF)
-        f.mac = pd_tp_hs_proof(ch, (int)hs->role, hs->peer_nonce, hs->nonce);
     if (nfds > 0) {
         memset(&control, 0, sizeof(control));
         m.msg_control = control.buf;
@@ -176,9 +184,91 @@ static pd_status send_frame(pd_channel *ch, pd_tp_hs *hs, int type, const int *f
     while (n < 0 && errno == EINTR);
     /* A fresh socket's buffer holds these few frames; anything else is a
      * broken peer. */
-    if (n != (ssize_t)sizeof(f))
+    if (n != (ssize_t)sizeof(*f))
         return PD_ERROR(PD_ECOMM, "channel %u: handshake: cannot send to the peer: %s", ch->config.channel_id,
                         n < 0 ? strerror(errno) : "short write");
+    return PD_OK;
+}
+
+static pd_status send_frame(pd_channel *ch, pd_tp_hs *hs, int type, const int *fds, int nfds)
+{
+    hs_frame f;
+
+    memset(&f, 0, sizeof(f));
+    pd_tp_frame_head_fill(&f.head, ch, HS_MAGIC, HS_PROTO, type, hs->role);
+    f.stride = ch->stride;
+    memcpy(f.nonce, hs->nonce, sizeof(f.nonce));
+    if (type == HS_PROOF)
+        f.mac = pd_tp_hs_proof(ch, (int)hs->role, hs->peer_nonce, hs->nonce);
+    if (type == HS_READY && hs->ipc_offer)
+        f.flags = HS_READY_IPC;
+    return frame_send(ch, hs, &f, fds, nfds);
+}
+
+/* A CUDA IPC frame: `value` and 32 bytes of `bytes`. */
+static pd_status send_ipc_frame(pd_channel *ch, pd_tp_hs *hs, int type, uint64_t value, const void *bytes)
+{
+    hs_frame f;
+
+    memset(&f, 0, sizeof(f));
+    pd_tp_frame_head_fill(&f.head, ch, HS_MAGIC, HS_PROTO, type, hs->role);
+    f.ipc_value = value;
+    memcpy(f.ipc_bytes, bytes, sizeof(f.ipc_bytes));
+    return frame_send(ch, hs, &f, NULL, 0);
+}
+
+pd_status pd_tp_hs_ipc_answer(pd_channel *ch, pd_tp_hs *hs, bool mapped, const char *reason)
+{
+    char text[32] = "";
+
+    snprintf(text, sizeof(text), "%s", reason ? reason : "");
+    return send_ipc_frame(ch, hs, HS_IPC_ANSWER, mapped ? 1 : 0, text);
+}
+
+/* Receiver, the sender proven: READY with the descriptors, then the CUDA
+ * IPC offer if there is one (the handshake then waits for the answer). */
+static pd_status send_ready(pd_channel *ch, pd_tp_hs *hs)
+{
+    const size_t half = sizeof(hs->ipc_handle) / 2;
+
+    PD_CHECK(send_frame(ch, hs, HS_READY, hs->fds_out, hs->nfds_out));
+    hs->sent_ready = true;
+    if (hs->ipc_offer) {
+        PD_CHECK(send_ipc_frame(ch, hs, HS_IPC_LOW, hs->ipc_offset, hs->ipc_handle));
+        PD_CHECK(send_ipc_frame(ch, hs, HS_IPC_HIGH, hs->ipc_stride, hs->ipc_handle + half));
+        hs->ipc_answer = -1;
+    }
+    hs->done = !hs->ipc_offer;
+    return PD_OK;
+}
+
+/* The CUDA IPC frames: the offer's halves (sender, after an offering
+ * READY, in order) and the answer (receiver, after its offer). */
+static pd_status on_ipc_frame(pd_channel *ch, pd_tp_hs *hs, const hs_frame *f)
+{
+    const size_t half = sizeof(hs->ipc_handle) / 2;
+    uint32_t id = ch->config.channel_id;
+
+    PD_CHECK(pd_tp_frame_head_check(ch, &f->head, HS_PROTO, "handshake"));
+    if (f->head.type == HS_IPC_ANSWER) {
+        if (hs->role != PD_TP_RECEIVER || !hs->ipc_offer || hs->ipc_answer != -1)
+            return PD_ERROR(PD_ECOMM, "channel %u: handshake: unexpected CUDA IPC answer", id);
+        hs->ipc_answer = f->ipc_value == 1;
+        memcpy(hs->ipc_reason, f->ipc_bytes, sizeof(hs->ipc_reason) - 1);
+        hs->ipc_reason[sizeof(hs->ipc_reason) - 1] = '\0';
+        hs->done = true;
+        return PD_OK;
+    }
+    if (hs->role != PD_TP_SENDER || !hs->ipc_offered || hs->ipc_parts != (f->head.type == HS_IPC_LOW ? 0 : 1))
+        return PD_ERROR(PD_ECOMM, "channel %u: handshake: unexpected CUDA IPC offer", id);
+    if (f->head.type == HS_IPC_LOW) {
+        hs->ipc_offset = f->ipc_value;
+        memcpy(hs->ipc_handle, f->ipc_bytes, half);
+    } else {
+        hs->ipc_stride = f->ipc_value;
+        memcpy(hs->ipc_handle + half, f->ipc_bytes, half);
+    }
+    hs->done = ++hs->ipc_parts == 2;
     return PD_OK;
 }
 
@@ -277,17 +367,19 @@ static pd_status on_frame(pd_channel *ch, pd_tp_hs *hs, const hs_frame *f)
         if (f->mac != pd_tp_hs_proof(ch, f->head.role, hs->nonce, hs->peer_nonce))
             return pd_tp_refuse(ch, PD_ERROR(PD_ECOMM, "channel %u: the peer failed to prove the job token", id));
         hs->peer_proven = true;
-        if (hs->role == PD_TP_RECEIVER) {
-            PD_CHECK(send_frame(ch, hs, HS_READY, hs->fds_out, hs->nfds_out));
-            hs->sent_ready = true;
-            hs->done = true;
-        }
+        if (hs->role == PD_TP_RECEIVER)
+            PD_CHECK(send_ready(ch, hs));
         return PD_OK;
     case HS_READY:
-        if (hs->role != PD_TP_SENDER || !hs->peer_proven)
-            return PD_ERROR(PD_ECOMM, "channel %u: handshake: READY before the receiver's proof", id);
-        hs->done = true;
+        if (hs->role != PD_TP_SENDER || !hs->peer_proven || hs->ipc_offered)
+            return PD_ERROR(PD_ECOMM, "channel %u: handshake: %s", id,
+                            hs->ipc_offered ? "a second READY" : "READY before the receiver's proof");
+        hs->ipc_offered = (f->flags & HS_READY_IPC) != 0;
+        hs->done = !hs->ipc_offered;
         return PD_OK;
+    case HS_IPC_LOW:
+    case HS_IPC_HIGH:
+    case HS_IPC_ANSWER: return on_ipc_frame(ch, hs, f);
     case HS_REJECT:
         return pd_tp_refuse(
             ch, PD_ERROR(PD_ECOMM, "channel %u: the peer rejected this end (wrong job token or channel shape)", id));

@@ -4,7 +4,11 @@
  * receiver returns credits through another. Sleepers are woken through
  * eventfds, and only when they announced that they sleep, so neither side
  * spins when idle nor pays a system call per message when busy. The socket
- * stays open as the liveness signal: a peer that dies closes it. */
+ * stays open as the liveness signal: a peer that dies closes it. Device
+ * slots take the cuda-ipc path where both ends agree in the handshake: the
+ * receiver offers a CUDA IPC handle of its slots, the sender maps them,
+ * copies each payload there device to device and waits for the copies
+ * before it publishes `posted`; headers stay in the ring. */
 #include "config.h"
 
 #include <errno.h>
@@ -18,6 +22,8 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
+
+#include <pipedream/log.h>
 
 #include "transport/transport_int.h"
 
@@ -64,6 +70,11 @@ static pd_status state_new(pd_channel *ch, int sock, pd_tp_role role, pd_tp_sock
         conn->hs.fds_out[0] = ch->ring_fd;
         conn->hs.fds_out[1] = st->own_efd;
         conn->hs.nfds_out = 2;
+        /* Sent after READY, so only to a proven sender. */
+        conn->hs.ipc_offer = pd_tp_slots_ipc_export(ch);
+        memcpy(conn->hs.ipc_handle, ch->ipc_handle, sizeof(ch->ipc_handle));
+        conn->hs.ipc_offset = (uint64_t)(ch->dev_slots - (uint8_t *)ch->dev_alloc);
+        conn->hs.ipc_stride = ch->dev_stride;
     } else {
         conn->hs.fds_out[0] = st->own_efd;
         conn->hs.nfds_out = 1;
@@ -72,11 +83,14 @@ static pd_status state_new(pd_channel *ch, int sock, pd_tp_role role, pd_tp_sock
     return PD_OK;
 }
 
-/* The handshake completed: the receiver takes the sender's wake-up; the
- * sender maps the receiver's slots and takes its wake-up. */
+/* The handshake completed: the receiver takes the sender's wake-up (and
+ * its answer to a CUDA IPC offer); the sender maps the receiver's slots,
+ * takes its wake-up and answers an offer. */
 static pd_status state_proven(pd_channel *ch, pd_tp_sock *conn)
 {
     shm_state *st = (shm_state *)conn;
+    char reason[32] = "";
+    bool mapped;
 
     if (ch->role == PD_TP_RECEIVER) {
         if (conn->hs.nfds_in != 1)
@@ -84,6 +98,8 @@ static pd_status state_proven(pd_channel *ch, pd_tp_sock *conn)
                             ch->config.channel_id, conn->hs.nfds_in);
         st->peer_efd = conn->hs.fds_in[0];
         conn->hs.nfds_in = 0;
+        if (conn->hs.ipc_offer && conn->hs.ipc_answer != 1)
+            pd_tp_slots_ipc_refused(ch, conn->hs.ipc_reason);
         return PD_OK;
     }
     if (conn->hs.nfds_in != 2)
@@ -95,7 +111,11 @@ static pd_status state_proven(pd_channel *ch, pd_tp_sock *conn)
     ch->peer_released = atomic_load_explicit(&ch->ctl->released, memory_order_acquire);
     if (ch->peer_released != 0)
         return PD_ERROR(PD_ECOMM, "channel %u: shm: the receiver's ring is not fresh", ch->config.channel_id);
-    return PD_OK;
+    if (!conn->hs.ipc_offered)
+        return PD_OK;
+    PD_CHECK(pd_tp_slots_ipc_open(ch, conn->hs.ipc_handle, conn->hs.ipc_offset, conn->hs.ipc_stride, &mapped, reason,
+                                  sizeof(reason)));
+    return pd_tp_hs_ipc_answer(ch, &conn->hs, mapped, reason);
 }
 
 static const pd_tp_sock_ops shm_sock_ops = {
@@ -186,7 +206,41 @@ static pd_status shm_connect(pd_channel *ch, const char *addr)
     return PD_OK;
 }
 
-static void shm_close(pd_channel *ch) { state_free(ch->be); }
+/* Receiver on the cuda-ipc path: its device slots may be freed (and
+ * reused) only once the sender unmapped them, which its closing socket
+ * says; waits for that up to the channel's timeout, else keeps the slots
+ * allocated (pd_tp_slots_close). */
+static void wait_unmapped(pd_channel *ch, shm_state *st)
+{
+    int64_t deadline = pd_tp_now_ns() + (int64_t)ch->config.timeout_ms * 1000000;
+
+    while (!ch->peer_closed) {
+        int64_t left = (deadline - pd_tp_now_ns()) / 1000000;
+        uint8_t junk[64];
+        size_t got;
+
+        if (left <= 0 || pd_tp_poll1(st->conn.sock, POLLIN, (int)left, NULL) != PD_OK ||
+            pd_tp_read_some(ch, st->conn.sock, junk, sizeof(junk), &got) != PD_OK)
+            break;
+    }
+    if (!ch->peer_closed) {
+        ch->dev_slots_kept = true;
+        PD_LOG_WARNF("channel %u: shm: the sender still maps the device slots after %d ms; they stay allocated "
+                     "until the device closes", ch->config.channel_id, ch->config.timeout_ms);
+    }
+}
+
+/* The sender unmaps the receiver's slots before its socket closes. */
+static void shm_close(pd_channel *ch)
+{
+    shm_state *st = ch->be;
+
+    if (ch->role == PD_TP_SENDER)
+        pd_tp_slots_ipc_close(ch);
+    else if (st && ch->ready && ch->slot_path == PD_SLOT_PATH_CUDA_IPC)
+        wait_unmapped(ch, st);
+    state_free(ch->be);
+}
 
 static void wake(int efd)
 {
@@ -208,11 +262,22 @@ static pd_status check_socket(pd_channel *ch, shm_state *st)
     return PD_OK;
 }
 
+/* Makes the messages written so far visible to the receiver. */
+static void publish(pd_channel *ch, shm_state *st)
+{
+    ch->done = ch->started;
+    atomic_store_explicit(&ch->ctl->posted, ch->started, memory_order_release);
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(&ch->ctl->recv_sleeping, memory_order_relaxed))
+        wake(st->peer_efd);
+}
+
 static pd_status sender_progress(pd_channel *ch, shm_state *st)
 {
     uint64_t released = atomic_load_explicit(&ch->ctl->released, memory_order_acquire);
+    uint64_t first = ch->started;
     pd_tp_send *q;
-    bool moved = released != ch->peer_released;
+    bool moved = released != ch->peer_released, ipc = ch->ipc_slots != NULL;
 
     PD_CHECK(pd_tp_credit_update(ch, released));
     atomic_store_explicit(&st->seen, released, memory_order_relaxed);
@@ -220,15 +285,21 @@ static pd_status sender_progress(pd_channel *ch, shm_state *st)
         /* The slot is the sender's own count, never what a header says. */
         uint8_t *slot = ch->slots + (size_t)(ch->started % (uint64_t)ch->config.depth) * ch->stride;
 
-        memcpy(slot + sizeof(pd_tp_header), q->data, q->bytes);
+        if (ipc)
+            PD_CHECK(pd_tp_slots_ipc_write(ch, ch->started, q->data, q->bytes));
+        else
+            memcpy(slot + sizeof(pd_tp_header), q->data, q->bytes);
         memcpy(slot, &q->header, sizeof(q->header));
         ch->started++;
-        ch->done++;
-        atomic_store_explicit(&ch->ctl->posted, ch->started, memory_order_release);
-        atomic_thread_fence(memory_order_seq_cst);
-        if (atomic_load_explicit(&ch->ctl->recv_sleeping, memory_order_relaxed))
-            wake(st->peer_efd);
+        if (!ipc)
+            publish(ch, st);
         moved = true;
+    }
+    /* The receiver must not read a device slot before its copy completed:
+     * one wait for all the copies of this step, then they are published. */
+    if (ipc && ch->started != first) {
+        PD_CHECK(pd_tp_slots_ipc_sync(ch));
+        publish(ch, st);
     }
     return moved ? PD_OK : check_socket(ch, st);
 }

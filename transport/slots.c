@@ -10,7 +10,10 @@
  * never touches the device. On a direct path (verbs: dmabuf, peermem) the
  * backend registers the device memory itself and nothing is copied: the
  * receiver's payloads land in its device slots, a sender's registered
- * device buffers are written from in place. */
+ * device buffers are written from in place; the receiver flushes the
+ * adapter's writes before it hands a slot out. On shm's cuda-ipc path the
+ * sender maps the receiver's device slots (a CUDA IPC handle) and its
+ * progress copies each payload device to device into its slot. */
 #include "config.h"
 
 #include <stdio.h>
@@ -60,6 +63,8 @@ unsigned pd_tp_slot_caps(const pd_device *dev, bool have_dmabuf_mr, bool force_p
         if (have_dmabuf_mr && dev->ops && dev->ops->export_dmabuf)
             caps |= PD_SLOT_CAN_DMABUF;
         caps |= PD_SLOT_CAN_PEERMEM;
+        if (dev->ops && dev->ops->ipc_export && dev->ops->ipc_open && dev->ops->ipc_close)
+            caps |= PD_SLOT_CAN_CUDA_IPC;
     } else if (force_peermem) {
         caps |= PD_SLOT_CAN_PEERMEM;
     }
@@ -96,24 +101,25 @@ pd_slot_path pd_tp_slot_walk(uint32_t id, const char *backend, unsigned *caps, p
     }
 }
 
-/* What this build and the device offer beyond staging: the verbs paths
- * where verbs is built (dmabuf where ibv_reg_dmabuf_mr is), for a device
- * with memory of its own (or the cpu device with
- * $PD_TRANSPORT_FORCE_PEERMEM=1, for tests). CUDA IPC for shm is designed
- * (docs/transport.md) but not built, so it is never offered. */
+/* What this build and the device offer beyond staging: CUDA IPC for shm
+ * where the device has the ipc entries; the verbs paths where verbs is
+ * built (dmabuf where ibv_reg_dmabuf_mr is), for a device with memory of
+ * its own (or the cpu device with $PD_TRANSPORT_FORCE_PEERMEM=1, for
+ * tests). */
 static unsigned slot_caps(const pd_channel *ch)
 {
+    unsigned built = PD_SLOT_CAN_CUDA_IPC;
+    bool dmabuf = false, force = false;
 #ifdef PD_TP_VERBS
-    const char *force = getenv("PD_TRANSPORT_FORCE_PEERMEM");
+    const char *forced = getenv("PD_TRANSPORT_FORCE_PEERMEM");
+
+    built |= PD_SLOT_CAN_VERBS;
+    force = forced && strcmp(forced, "1") == 0;
 #ifdef HAVE_IBV_REG_DMABUF_MR
-    bool dmabuf = true;
-#else
-    bool dmabuf = false;
+    dmabuf = true;
 #endif
-    return pd_tp_slot_caps(ch->config.device, dmabuf, force && strcmp(force, "1") == 0);
-#else
-    return 0;
 #endif
+    return pd_tp_slot_caps(ch->config.device, dmabuf, force) & built;
 }
 
 static bool on_device(const pd_channel *ch) { return ch->config.memory != PD_TRANSPORT_HOST; }
@@ -179,7 +185,9 @@ void pd_tp_slots_close(pd_channel *ch)
 
     if (ch->staging)
         dev->ops->host_free(dev, ch->staging);
-    if (ch->dev_alloc)
+    /* Slots a sender may still map stay allocated (never reused): the
+     * device frees them when it closes. */
+    if (ch->dev_alloc && !ch->dev_slots_kept)
         dev->mem->free(dev, ch->dev_alloc);
     ch->staging = NULL;
     ch->dev_slots = NULL;
@@ -189,6 +197,135 @@ void pd_tp_slots_close(pd_channel *ch)
 bool pd_tp_slots_direct(const pd_channel *ch)
 {
     return ch->slot_path == PD_SLOT_PATH_DMABUF || ch->slot_path == PD_SLOT_PATH_PEERMEM;
+}
+
+/* Appends "<what>" to ch->slot_why ("; " between reasons). */
+static void add_why(pd_channel *ch, const char *what)
+{
+    size_t used = strnlen(ch->slot_why, sizeof(ch->slot_why) - 1);
+
+    snprintf(ch->slot_why + used, sizeof(ch->slot_why) - used, "%s%s", used ? "; " : "", what);
+}
+
+static pd_status try_export(void *ctx, pd_slot_path path)
+{
+    pd_channel *ch = ctx;
+    pd_device *dev = ch->config.device;
+
+    return dev->ops->ipc_export(dev, ch->dev_alloc, ch->ipc_handle);
+}
+
+bool pd_tp_slots_ipc_export(pd_channel *ch)
+{
+    if (!on_device(ch) || !ch->dev_alloc || !(ch->slot_caps & PD_SLOT_CAN_CUDA_IPC))
+        return false;
+    if (!ch->ipc_exported)
+        ch->ipc_exported = pd_tp_slot_walk(ch->config.channel_id, "shm", &ch->slot_caps, try_export, ch,
+                                           ch->slot_why, sizeof(ch->slot_why)) == PD_SLOT_PATH_CUDA_IPC;
+    return ch->ipc_exported;
+}
+
+/* One attempt at mapping the receiver's slots (the chain's try). */
+typedef struct ipc_offer {
+    pd_channel *ch;
+    const uint8_t *handle;
+    uint64_t offset, stride;
+} ipc_offer;
+
+static pd_status try_open(void *ctx, pd_slot_path path)
+{
+    ipc_offer *o = ctx;
+    pd_channel *ch = o->ch;
+    pd_device *dev = ch->config.device;
+    void *p = NULL;
+
+    PD_CHECK(dev->ops->ipc_open(dev, o->handle, &p));
+    ch->ipc_peer = p;
+    ch->ipc_slots = (uint8_t *)p + o->offset;
+    ch->ipc_stride = (size_t)o->stride;
+    return PD_OK;
+}
+
+pd_status pd_tp_slots_ipc_open(pd_channel *ch, const uint8_t *handle, uint64_t offset, uint64_t stride, bool *mapped,
+                               char *reason, size_t reason_size)
+{
+    ipc_offer o = {ch, handle, offset, stride};
+    uint64_t depth = (uint64_t)ch->config.depth;
+
+    *mapped = false;
+    /* The receiver is proven; an impossible layout is a broken peer. */
+    if (stride < ch->config.slot_bytes || stride > PD_TP_MAX_SLOT_BYTES + 2 * PD_TP_PAGE ||
+        offset > PD_TP_MAX_SLOT_BYTES || offset + depth * stride < offset)
+        return pd_tp_refuse(ch, PD_ERROR(PD_ECOMM,
+                                         "channel %u: shm: the receiver offers device slots %llu bytes apart at "
+                                         "offset %llu, for slots of %zu bytes",
+                                         ch->config.channel_id, (unsigned long long)stride,
+                                         (unsigned long long)offset, ch->config.slot_bytes));
+    if (!on_device(ch)) {
+        snprintf(reason, reason_size, "its memory is host memory");
+        return PD_OK;
+    }
+    if (!(ch->slot_caps & PD_SLOT_CAN_CUDA_IPC)) {
+        snprintf(reason, reason_size, "its device has no CUDA IPC");
+        add_why(ch, "cuda-ipc: the device has no CUDA IPC entries");
+        return PD_OK;
+    }
+    *mapped = pd_tp_slot_walk(ch->config.channel_id, "shm", &ch->slot_caps, try_open, &o, ch->slot_why,
+                              sizeof(ch->slot_why)) == PD_SLOT_PATH_CUDA_IPC;
+    if (*mapped)
+        ch->slot_path = PD_SLOT_PATH_CUDA_IPC;
+    else
+        snprintf(reason, reason_size, "it cannot open the handle");
+    return PD_OK;
+}
+
+void pd_tp_slots_ipc_refused(pd_channel *ch, const char *reason)
+{
+    char what[96];
+
+    ch->slot_caps &= ~(unsigned)PD_SLOT_CAN_CUDA_IPC;
+    snprintf(what, sizeof(what), "cuda-ipc: the sender did not map the slots: %s", reason);
+    add_why(ch, what);
+}
+
+/* Whether p lies in the sender's staging buffers (a send staged before
+ * the channel knew its path). */
+static bool in_staging(const pd_channel *ch, const void *p)
+{
+    uintptr_t a = (uintptr_t)p, s = (uintptr_t)ch->staging;
+
+    return ch->staging && a >= s && a - s < (size_t)ch->config.depth * ch->config.slot_bytes;
+}
+
+pd_status pd_tp_slots_ipc_write(pd_channel *ch, uint64_t seq, const void *data, size_t bytes)
+{
+    pd_device *dev = ch->config.device;
+    uint8_t *slot = ch->ipc_slots + (seq % (uint64_t)ch->config.depth) * ch->ipc_stride;
+
+    if (bytes == 0)
+        return PD_OK;
+    return dev->mem->copy(dev, slot, data, bytes,
+                          in_staging(ch, data) ? PD_COPY_HOST_TO_DEVICE : PD_COPY_DEVICE_TO_DEVICE);
+}
+
+pd_status pd_tp_slots_ipc_sync(pd_channel *ch)
+{
+    pd_device *dev = ch->config.device;
+
+    return dev->mem->synchronize ? dev->mem->synchronize(dev) : PD_OK;
+}
+
+void pd_tp_slots_ipc_close(pd_channel *ch)
+{
+    pd_device *dev = ch->config.device;
+
+    if (ch->ipc_peer)
+        dev->ops->ipc_close(dev, ch->ipc_peer);
+    ch->ipc_peer = NULL;
+    ch->ipc_slots = NULL;
+    /* A sender falling back to another backend stages again. */
+    if (ch->slot_path == PD_SLOT_PATH_CUDA_IPC)
+        ch->slot_path = PD_SLOT_PATH_STAGED;
 }
 
 /* The device and the path in one info line; why direct paths failed, if
@@ -247,7 +384,8 @@ pd_status pd_tp_slots_stage_send(pd_channel *ch, uint64_t seq, const void *data,
     uint8_t *buf;
 
     *out = data;
-    if (!on_device(ch) || bytes == 0 || in_direct_region(ch, data, bytes))
+    /* On the cuda-ipc path progress copies from the device buffer itself. */
+    if (!on_device(ch) || bytes == 0 || in_direct_region(ch, data, bytes) || ch->slot_path == PD_SLOT_PATH_CUDA_IPC)
         return PD_OK;
     buf = ch->staging + (seq % (uint64_t)ch->config.depth) * ch->config.slot_bytes;
     PD_CHECK(dev->mem->copy(dev, buf, data, bytes, PD_COPY_DEVICE_TO_HOST));
@@ -265,7 +403,13 @@ pd_status pd_tp_slots_deliver(pd_channel *ch, uint64_t seq, void *payload, size_
     if (!on_device(ch))
         return PD_OK;
     slot = ch->dev_slots + (seq % (uint64_t)ch->config.depth) * ch->dev_stride;
-    if (bytes && !pd_tp_slots_direct(ch)) {
+    /* The adapter's writes into the slot completed with the header's;
+     * the device may still have to be told to see them. */
+    if (bytes && pd_tp_slots_direct(ch) && dev->ops->flush_rdma_writes)
+        PD_CHECK(dev->ops->flush_rdma_writes(dev));
+    /* On the cuda-ipc path the sender copied and synchronised before it
+     * published the message. */
+    if (bytes && !pd_tp_slots_direct(ch) && ch->slot_path != PD_SLOT_PATH_CUDA_IPC) {
         PD_CHECK(dev->mem->copy(dev, slot, payload, bytes, PD_COPY_HOST_TO_DEVICE));
         ch->staged_copies++;
     }

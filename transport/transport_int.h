@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include <pipedream/kernels.h>
 #include <pipedream/transport.h>
 
 #define PD_TP_MAX_BACKENDS 4
@@ -171,6 +172,15 @@ struct pd_channel {
     unsigned slot_caps;     /* direct paths (PD_SLOT_CAN_*) this end may still try */
     uint64_t staged_copies; /* copies through pinned host memory so far (none on a direct path) */
     char slot_why[2 * PD_TP_REASON_BYTES]; /* why direct paths failed ("dmabuf: ...; peermem: ...") */
+    /* CUDA IPC (shm's cuda-ipc path): the receiver's handle of dev_alloc,
+     * exported once; the sender's mapping of the receiver's allocation and
+     * where its device slots lie in it. */
+    uint8_t ipc_handle[PD_DEVICE_IPC_HANDLE_BYTES];
+    bool ipc_exported;   /* receiver: ipc_handle holds the export of dev_alloc */
+    void *ipc_peer;      /* sender: the receiver's allocation, mapped; NULL if not */
+    uint8_t *ipc_slots;  /* sender: the receiver's device slot 0 in that mapping */
+    size_t ipc_stride;   /* sender: bytes between the receiver's device slots */
+    bool dev_slots_kept; /* receiver: a sender may still map the slots: not freed at close */
 };
 
 /* The default table: every entry fails with PD_ENOTSUP naming itself. */
@@ -206,6 +216,31 @@ void pd_tp_slots_close(pd_channel *ch);
 /* The channel connected: chooses ch->slot_path from its backend and what
  * this build offers, and says it in one log line for device memory. */
 void pd_tp_slots_choose(pd_channel *ch);
+/* Receiver over shm, before READY: exports the device slots' allocation
+ * for CUDA IPC once, if this end may (PD_SLOT_CAN_CUDA_IPC); true if it
+ * did. A failure clears the capability and is said in ch->slot_why. */
+bool pd_tp_slots_ipc_export(pd_channel *ch);
+/* Sender over shm: maps the receiver's offered slots (its handle, slot 0
+ * at `offset` in the allocation, `stride` apart) and takes the cuda-ipc
+ * path; false when it cannot (host memory, no IPC on its device, the
+ * open failed: ch->slot_why says why, `reason` in a few words for the
+ * receiver). PD_ECOMM (a refusal) for an offer of impossible layout. */
+pd_status pd_tp_slots_ipc_open(pd_channel *ch, const uint8_t *handle, uint64_t offset, uint64_t stride, bool *mapped,
+                               char *reason, size_t reason_size);
+/* Receiver: the sender did not map the offered slots (`reason`, its few
+ * words): the capability is cleared and the channel stages. */
+void pd_tp_slots_ipc_refused(pd_channel *ch, const char *reason);
+/* Sender on the cuda-ipc path: queues the copy of message `seq` from
+ * `data` (device memory, or its staging buffer when it was staged before
+ * the path was known) into the receiver's device slot on the device's
+ * stream; pd_tp_slots_ipc_sync waits until the copies queued are
+ * complete, before the messages are published. */
+pd_status pd_tp_slots_ipc_write(pd_channel *ch, uint64_t seq, const void *data, size_t bytes);
+pd_status pd_tp_slots_ipc_sync(pd_channel *ch);
+/* Sender: unmaps the receiver's slots (before the socket closes, which
+ * tells the receiver they are unmapped); never fails. */
+void pd_tp_slots_ipc_close(pd_channel *ch);
+
 /* The verbs paths for device memory (PD_SLOT_CAN_DMABUF | _PEERMEM). */
 #define PD_SLOT_CAN_VERBS (PD_SLOT_CAN_DMABUF | PD_SLOT_CAN_PEERMEM)
 
@@ -214,9 +249,10 @@ void pd_tp_slots_choose(pd_channel *ch);
  * where it exports dma_buf (export_dmabuf) and the build has
  * ibv_reg_dmabuf_mr (have_dmabuf_mr), PEERMEM always (ibv_reg_mr on its
  * pointers works only where nvidia-peermem is loaded, which only trying
- * tells). The cpu device stages, unless force_peermem (tests, through
+ * tells), and CUDA_IPC for shm where it has the ipc entries. The cpu
+ * device stages, unless force_peermem (tests, through
  * $PD_TRANSPORT_FORCE_PEERMEM=1: its memory registered as a GPU's would
- * be with peermem). CUDA IPC for shm is not built: never offered. */
+ * be with peermem). */
 unsigned pd_tp_slot_caps(const struct pd_device *dev, bool have_dmabuf_mr, bool force_peermem);
 
 /* One attempt at a direct path: registers what the caller needs through
@@ -234,7 +270,8 @@ pd_slot_path pd_tp_slot_walk(uint32_t id, const char *backend, unsigned *caps, p
                              char *why, size_t why_size);
 
 /* Receiver: its backend writes payloads straight into the device slots
- * (the path is DMABUF or PEERMEM): taking a message copies nothing. */
+ * (the path is DMABUF or PEERMEM): taking a message copies nothing, but
+ * flushes the adapter's writes (the device's flush_rdma_writes). */
 bool pd_tp_slots_direct(const pd_channel *ch);
 
 /* Sender: the backend registered send region i through `path` (its
@@ -248,7 +285,8 @@ void pd_tp_slots_region_path(pd_channel *ch, int i, pd_slot_path path);
 pd_status pd_tp_slots_stage_send(pd_channel *ch, uint64_t seq, const void *data, size_t bytes, const void **out);
 /* Receiver: the payload of message `seq` arrived at `payload` in the host
  * ring; *out is where the caller gets it (payload itself for host memory,
- * else its device slot, filled). */
+ * else its device slot, filled: by a copy when staged, by the adapter on
+ * a verbs direct path, by the sender on the cuda-ipc path). */
 pd_status pd_tp_slots_deliver(pd_channel *ch, uint64_t seq, void *payload, size_t bytes, void **out);
 
 /* Records the channel's failure once (later calls return it again). */
@@ -334,6 +372,11 @@ pd_status pd_tp_frame_head_check_shape(pd_channel *ch, const pd_tp_frame_head *h
  *   the receiver, once the sender's proof checks, sends READY {depth,
  *   slot_bytes, stride} (+ fds); the sender accepts READY only after the
  *   receiver's proof checked.
+ *   shm with CUDA IPC offered (ipc_offer; READY says so): the receiver
+ *   follows READY with IPC_LOW {offset, handle[0..32)} and IPC_HIGH
+ *   {stride, handle[32..64)}; the sender's handshake is done with both,
+ *   it tries to map them and sends IPC_ANSWER {mapped, reason}
+ *   (pd_tp_hs_ipc_answer); the receiver's is done with the answer.
  * Descriptors travel with PROOF (sender) and READY (receiver) on unix
  * sockets only. */
 #define PD_TP_HS_MAX_FDS 2
@@ -347,6 +390,16 @@ typedef struct pd_tp_hs {
     size_t in_len;
     int fds_out[PD_TP_HS_MAX_FDS], nfds_out;
     int fds_in[PD_TP_HS_MAX_FDS], nfds_in;
+    /* CUDA IPC: the receiver's offer (set before READY: ipc_offer, the
+     * handle, where slot 0 lies in the allocation and the slots' stride),
+     * as the sender received it (ipc_offered by READY, ipc_parts frames of
+     * 2 so far), and the sender's answer (ipc_answer: -1 awaited, 0 not
+     * mapped, 1 mapped; ipc_reason its few words). */
+    bool ipc_offer, ipc_offered;
+    uint8_t ipc_handle[PD_DEVICE_IPC_HANDLE_BYTES];
+    uint64_t ipc_offset, ipc_stride;
+    int ipc_parts, ipc_answer;
+    char ipc_reason[32];
 } pd_tp_hs;
 
 pd_status pd_tp_hs_init(pd_tp_hs *hs, int fd, bool stream, pd_tp_role role);
@@ -358,6 +411,11 @@ pd_status pd_tp_hs_step(pd_channel *ch, pd_tp_hs *hs, bool *done);
 
 /* Closes descriptors received and not taken. */
 void pd_tp_hs_cleanup(pd_tp_hs *hs);
+
+/* Sender, its handshake done with a CUDA IPC offer: tells the receiver
+ * whether it mapped the slots (`reason`, at most 31 bytes of it, says why
+ * not). */
+pd_status pd_tp_hs_ipc_answer(pd_channel *ch, pd_tp_hs *hs, bool mapped, const char *reason);
 
 /* Socket helpers. */
 pd_status pd_tp_set_nonblocking(int fd);

@@ -95,6 +95,9 @@ typedef struct pd_device_memory_stats {
     uint64_t cache_flushes;     /* times the cache was emptied to retry a failed raw allocation */
 } pd_device_memory_stats;
 
+/* Bytes of a CUDA IPC handle (ipc_export, ipc_open): cudaIpcMemHandle_t. */
+#define PD_DEVICE_IPC_HANDLE_BYTES 64
+
 /* A point in the device's stream, for timing work on the device (a CUDA
  * event; a monotonic clock reading on the CPU, whose work is synchronous). */
 typedef struct pd_device_event pd_device_event;
@@ -228,6 +231,28 @@ typedef struct pd_device_ops {
      * *offset is ptr's offset in it. The caller closes *fd. PD_ENOTSUP
      * where the device or its driver cannot export dma_buf. */
     pd_status (*export_dmabuf)(pd_device *dev, const void *ptr, size_t bytes, int *fd, uint64_t *offset);
+
+    /* Optional, all three or none (NULL where a device has none, as the
+     * CPU): CUDA IPC, device memory of one process written by another on
+     * the same node. ipc_export writes a handle of
+     * PD_DEVICE_IPC_HANDLE_BYTES for `ptr`, a block from this device's
+     * mem->alloc (a whole allocation: blocks are never split); the block
+     * must stay allocated, and must not be reused, until every process
+     * that opened the handle closed it. ipc_open maps a handle exported by
+     * another process (not this one: PD_EDEVICE) and sets *ptr to the
+     * block's first byte in this process; ipc_close unmaps it and never
+     * fails (a failure is a warning). */
+    pd_status (*ipc_export)(pd_device *dev, void *ptr, uint8_t handle[PD_DEVICE_IPC_HANDLE_BYTES]);
+    pd_status (*ipc_open)(pd_device *dev, const uint8_t handle[PD_DEVICE_IPC_HANDLE_BYTES], void **ptr);
+    void (*ipc_close)(pd_device *dev, void *ptr);
+
+    /* Optional (NULL where nothing needs it, as the CPU): makes writes an
+     * RDMA adapter has completed into this device's memory (GPUDirect RDMA)
+     * visible to work the device runs from now on, before a receiver hands
+     * such memory out. A no-op where the device orders those writes itself
+     * (CUDA: GPU_DIRECT_RDMA_WRITES_ORDERING at least OWNER, read once at
+     * open); PD_ENOTSUP where it neither orders nor can flush them. */
+    pd_status (*flush_rdma_writes)(pd_device *dev);
 
     /* Events time work on the device itself: event_record marks the point
      * after all work queued so far; event_elapsed_ms waits until `stop` is

@@ -319,6 +319,7 @@ static pd_status cuda_open(int ordinal, pd_device *dev)
     st->launch.max_blocks = sms * (threads / PD_CUDA_BLOCK);
     if (st->launch.max_blocks < 1)
         st->launch.max_blocks = 1;
+    pd_cuda_rdma_flush_probe(st);
     PD_CUDA_CHECK_GOTO(cudaStreamCreateWithFlags(&st->launch.stream, cudaStreamNonBlocking), s, free_state);
     /* dev->backend is read by the allocator's synchronize callback. */
     dev->backend = st;
@@ -616,6 +617,10 @@ static const pd_device_ops cuda_ops = {
     .host_alloc = cuda_host_alloc,
     .host_free = cuda_host_free,
     .export_dmabuf = pd_cuda_export_dmabuf,
+    .ipc_export = pd_cuda_ipc_export,
+    .ipc_open = pd_cuda_ipc_open,
+    .ipc_close = pd_cuda_ipc_close,
+    .flush_rdma_writes = pd_cuda_flush_rdma_writes,
     .event_create = cuda_event_create,
     .event_record = cuda_event_record,
     .event_elapsed_ms = cuda_event_elapsed_ms,

@@ -6,6 +6,8 @@ PD_CUDA_SOURCES = \
 	kernels/cuda/pd_cuda.h \
 	kernels/cuda/cuda_device.c \
 	kernels/cuda/dmabuf.c \
+	kernels/cuda/ipc.c \
+	kernels/cuda/rdma_flush.c \
 	kernels/cuda/elementwise.cu \
 	kernels/cuda/optimizer.cu \
 	kernels/cuda/index_check.cu \

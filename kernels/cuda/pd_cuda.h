@@ -68,6 +68,10 @@ typedef struct pd_cuda_state {
     size_t cudnn_workspace_limit;          /* bytes a convolution algorithm may use */
     struct pd_cudnn_conv_plan *conv_plans; /* descriptors and algorithms per shape (conv.c) */
 #endif
+    /* GPUDirect RDMA writes into this GPU (rdma_flush.c, read at open):
+     * the device's ordering attribute and what flush_rdma_writes does. */
+    int rdma_ordering;
+    enum { PD_CUDA_RDMA_ORDERED, PD_CUDA_RDMA_FLUSH, PD_CUDA_RDMA_UNORDERED } rdma_flush;
 } pd_cuda_state;
 
 /* Makes the device current on the calling thread and returns its state
@@ -83,6 +87,18 @@ pd_status pd_cuda_scratch(pd_device *dev, size_t bytes, void **out);
 /* The export_dmabuf entry (dmabuf.c): a dma_buf descriptor for device
  * memory, the driver's functions taken at run time (no libcuda link). */
 pd_status pd_cuda_export_dmabuf(pd_device *dev, const void *ptr, size_t bytes, int *fd, uint64_t *offset);
+
+/* The IPC entries (ipc.c): a handle for a block of mem->alloc, mapping and
+ * unmapping another process's handle (kernels.h, ipc_export). */
+pd_status pd_cuda_ipc_export(pd_device *dev, void *ptr, uint8_t handle[PD_DEVICE_IPC_HANDLE_BYTES]);
+pd_status pd_cuda_ipc_open(pd_device *dev, const uint8_t handle[PD_DEVICE_IPC_HANDLE_BYTES], void **ptr);
+void pd_cuda_ipc_close(pd_device *dev, void *ptr);
+
+/* GPUDirect RDMA visibility (rdma_flush.c): reads the device's ordering of
+ * RDMA writes into st (at open, the device current; never fails: a driver
+ * that cannot say counts as unordered); the flush_rdma_writes entry. */
+void pd_cuda_rdma_flush_probe(pd_cuda_state *st);
+pd_status pd_cuda_flush_rdma_writes(pd_device *dev);
 
 /* Records "<call> failed: <CUDA's message> (<error name>)" at file:line:
  * PD_ENOMEM for an allocation failure, PD_EDEVICE for anything else. It
