@@ -34,7 +34,8 @@ TESTS += tests/unit/test_cuda_ops
 
 # Channels with device memory: staging on the cpu device, CUDA when present (plain TAP).
 check_PROGRAMS += tests/unit/test_transport_gpu
-tests_unit_test_transport_gpu_LDADD = $(TEST_LDADD)
+tests_unit_test_transport_gpu_CPPFLAGS = $(AM_CPPFLAGS) $(MPI_CFLAGS)
+tests_unit_test_transport_gpu_LDADD = $(TEST_LDADD) $(MPI_LIBS)
 TESTS += tests/unit/test_transport_gpu
 
 if HAVE_CMOCKA

@@ -21,6 +21,15 @@
  * base+3 control to the sender. MPI matches receives in posting order per
  * source and tag, so message n lands in the receive posted for it.
  *
+ * Device memory: HELLO carries whether the sender may send from its device
+ * memory itself (pd_tp_mpi_direct_check: a CUDA device and a CUDA-aware
+ * library, or the cpu device forced), CHALLENGE whether the receiver may
+ * receive into its device slots; both may: both ends take the
+ * cuda-aware-mpi path, where every payload travels as a message of its
+ * own (none inline), MPI_Isend from the sender's device buffer and
+ * MPI_Irecv into the receiver's device slot, posted only once the header
+ * (still in the host slot) checked. Otherwise both ends stage (slots.c).
+ *
  * MPI has no descriptor to sleep on: waits poll, spinning only just after
  * activity and backing off to 1 ms sleeps when idle. Calls on channels in
  * different threads at once need MPI_THREAD_MULTIPLE. */
@@ -34,13 +43,16 @@
 #include <time.h>
 
 #include <mpi.h>
+#ifdef HAVE_MPI_EXT_H
+#include <mpi-ext.h>
+#endif
 
 #include <pipedream/log.h>
 
 #include "transport/transport_int.h"
 
 #define FRAME_MAGIC 0x31504450u /* "PDP1" */
-#define PROTO 1
+#define PROTO 2 /* 2: HELLO and CHALLENGE say whether the end may take cuda-aware-mpi */
 #define TAG_FLOOR 1024 /* tags below are left to the application */
 #define TAGS_PER_CHANNEL 4
 #define OUT_FRAMES 8
@@ -56,7 +68,8 @@ typedef struct mpi_frame {
     uint8_t nonce[16];
     uint64_t mac;
     uint64_t count; /* CREDIT: slots released; CLOSE: messages sent */
-    uint8_t reserved[8];
+    uint8_t direct; /* HELLO, CHALLENGE: the end's pd_tp_mpi_direct */
+    uint8_t reserved[7];
 } mpi_frame;
 _Static_assert(sizeof(mpi_frame) == 64, "control frames are 64 bytes");
 
@@ -75,6 +88,8 @@ typedef struct mpi_state {
     int base;
     uint8_t nonce[16], peer_nonce[16];
     bool got_hello, sent_ready;
+    pd_tp_mpi_direct mine, peers; /* whether each end may take cuda-aware-mpi, or why not */
+    bool direct;                  /* both may: payloads leave and land in device memory, never inline */
     mpi_frame in;
     MPI_Request in_req; /* the control receive, MPI_REQUEST_NULL when none */
     mpi_frame out[OUT_FRAMES];
@@ -142,6 +157,36 @@ static size_t head_bytes(const pd_channel *ch)
     return sizeof(pd_tp_header) + (ch->config.slot_bytes < INLINE_MAX ? ch->config.slot_bytes : INLINE_MAX);
 }
 
+/* The largest payload that travels with its header: none on the
+ * cuda-aware-mpi path (payloads are device memory). */
+static uint64_t inline_max(const mpi_state *st) { return st->direct ? 0 : INLINE_MAX; }
+
+int pd_tp_mpi_cuda_aware(void)
+{
+#if defined(HAVE_MPIX_QUERY_CUDA_SUPPORT) && defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT
+    return MPIX_Query_cuda_support() ? 1 : 0;
+#else
+    return -1;
+#endif
+}
+
+/* Whether this end may take cuda-aware-mpi (tests force the cpu device
+ * with $PD_TRANSPORT_FORCE_MPI_DIRECT=1). */
+static pd_tp_mpi_direct direct_check(const pd_channel *ch)
+{
+    const char *forced = getenv("PD_TRANSPORT_FORCE_MPI_DIRECT");
+
+    return pd_tp_mpi_direct_check(ch->config.device, ch->config.memory, pd_tp_mpi_cuda_aware(),
+                                  forced && strcmp(forced, "1") == 0);
+}
+
+/* The handshake told this end the peer's check: both may, or not. */
+static void direct_agree(mpi_state *st, uint8_t peers)
+{
+    st->peers = (pd_tp_mpi_direct)peers;
+    st->direct = st->mine == PD_TP_MPI_DIRECT_OK && st->peers == PD_TP_MPI_DIRECT_OK;
+}
+
 static pd_status state_new(pd_channel *ch, int peer, int base, mpi_state **out)
 {
     mpi_state *st = calloc(1, sizeof(*st));
@@ -159,6 +204,7 @@ static pd_status state_new(pd_channel *ch, int peer, int base, mpi_state **out)
     st->peer = peer;
     st->base = base;
     st->peer_sent = -1;
+    st->mine = direct_check(ch);
     st->in_req = MPI_REQUEST_NULL;
     st->credit_req = MPI_REQUEST_NULL;
     for (int i = 0; i < OUT_FRAMES; i++)
@@ -211,6 +257,8 @@ static pd_status send_frame(pd_channel *ch, mpi_state *st, int type, uint64_t co
     pd_tp_frame_head_fill(&f->head, ch, FRAME_MAGIC, PROTO, type, ch->role);
     memcpy(f->nonce, st->nonce, sizeof(f->nonce));
     f->count = count;
+    if (type == F_HELLO || type == F_CHALLENGE)
+        f->direct = (uint8_t)st->mine;
     if (type == F_CHALLENGE || type == F_PROOF)
         f->mac = pd_tp_hs_proof(ch, (int)ch->role, st->peer_nonce, st->nonce);
     MPI_TRY(ch, MPI_Isend(f, (int)sizeof(*f), MPI_BYTE, st->peer, tag, MPI_COMM_WORLD, &st->out_req[free_slot]),
@@ -267,7 +315,8 @@ static pd_status post_slot_recvs(pd_channel *ch, mpi_state *st)
         msg_reqs *m = &st->msgs[slot];
 
         *m = (msg_reqs){.req = {MPI_REQUEST_NULL, MPI_REQUEST_NULL}};
-        MPI_TRY(ch, MPI_Irecv(ch->slots + slot * ch->stride, (int)head_bytes(ch), MPI_BYTE, st->peer,
+        MPI_TRY(ch, MPI_Irecv(ch->slots + slot * ch->stride,
+                              (int)(st->direct ? sizeof(pd_tp_header) : head_bytes(ch)), MPI_BYTE, st->peer,
                               st->base + TAG_HEADER, MPI_COMM_WORLD, &m->req[0]),
                 "MPI_Irecv (header)");
     }
@@ -288,11 +337,14 @@ static pd_status test_recv(pd_channel *ch, msg_reqs *m, int k)
     return PD_OK;
 }
 
-/* Checks the header of message ch->arrived (in its slot, complete) and
- * either takes the inline payload as arrived or posts the payload's
- * receive into the slot. */
-static pd_status check_head(pd_channel *ch, mpi_state *st, msg_reqs *m, uint8_t *slot)
+/* Checks the header of message ch->arrived (in its host slot `slot`,
+ * complete) and either takes the inline payload as arrived or posts the
+ * payload's receive: into the host slot behind the header, or on the
+ * cuda-aware-mpi path into the device slot. */
+static pd_status check_head(pd_channel *ch, mpi_state *st, msg_reqs *m, uint64_t index)
 {
+    uint8_t *slot = ch->slots + index * ch->stride;
+    uint8_t *dst = st->direct ? ch->dev_slots + index * ch->dev_stride : slot + sizeof(pd_tp_header);
     const size_t hdr = sizeof(pd_tp_header);
     unsigned long long n = (unsigned long long)ch->arrived;
     uint32_t id = ch->config.channel_id;
@@ -303,7 +355,7 @@ static pd_status check_head(pd_channel *ch, mpi_state *st, msg_reqs *m, uint8_t 
     memcpy(&m->header, slot, hdr);
     PD_CHECK(pd_tp_header_check(ch, &m->header));
     m->checked = true;
-    if (m->header.bytes <= INLINE_MAX) {
+    if (m->header.bytes <= inline_max(st)) {
         if ((uint64_t)m->bytes[0] != hdr + m->header.bytes)
             return PD_ERROR(PD_ECOMM, "channel %u: message %llu: header says %llu bytes, %d arrived", id, n,
                             (unsigned long long)m->header.bytes, m->bytes[0] - (int)hdr);
@@ -313,7 +365,7 @@ static pd_status check_head(pd_channel *ch, mpi_state *st, msg_reqs *m, uint8_t 
     if ((size_t)m->bytes[0] != hdr)
         return PD_ERROR(PD_ECOMM, "channel %u: message %llu: %d bytes came with a header of a large payload", id, n,
                         m->bytes[0] - (int)hdr);
-    MPI_TRY(ch, MPI_Irecv(slot + hdr, (int)ch->config.slot_bytes, MPI_BYTE, st->peer, st->base + TAG_PAYLOAD,
+    MPI_TRY(ch, MPI_Irecv(dst, (int)ch->config.slot_bytes, MPI_BYTE, st->peer, st->base + TAG_PAYLOAD,
                           MPI_COMM_WORLD, &m->req[1]),
             "MPI_Irecv (payload)");
     return PD_OK;
@@ -441,13 +493,15 @@ static pd_status receiver_handshake(pd_channel *ch, mpi_state *st, const mpi_fra
         PD_CHECK(pd_tp_frame_head_check_shape(ch, &f->head));
         memcpy(st->peer_nonce, f->nonce, sizeof(st->peer_nonce));
         st->got_hello = true;
+        direct_agree(st, f->direct);
         PD_CHECK(post_control_recv(ch, st));
         return send_frame(ch, st, F_CHALLENGE, 0);
     }
     if (f->head.type == F_PROOF && st->got_hello && source == st->peer) {
         if (f->mac != pd_tp_hs_proof(ch, PD_TP_SENDER, st->nonce, st->peer_nonce))
             return pd_tp_refuse(ch, PD_ERROR(PD_ECOMM, "channel %u: the peer failed to prove the job token", id));
-        /* Proven: now the slots take messages. */
+        /* Proven: now the slots take messages, on the path agreed. */
+        pd_tp_slots_mpi_decide(ch, st->mine, st->peers);
         PD_CHECK(post_slot_recvs(ch, st));
         PD_CHECK(post_control_recv(ch, st));
         PD_CHECK(send_frame(ch, st, F_READY, 0));
@@ -538,7 +592,7 @@ static pd_status receiver_progress(pd_channel *ch, mpi_state *st)
                 break;
         }
         if (!m->checked)
-            PD_CHECK(check_head(ch, st, m, ch->slots + slot * ch->stride));
+            PD_CHECK(check_head(ch, st, m, slot));
         if (!m->complete[1]) {
             PD_CHECK(test_recv(ch, m, 1));
             if (!m->complete[1])
@@ -618,12 +672,15 @@ static pd_status sender_handshake(pd_channel *ch, mpi_state *st, const mpi_frame
         PD_CHECK(pd_tp_frame_head_check_shape(ch, &f->head));
         memcpy(st->peer_nonce, f->nonce, sizeof(st->peer_nonce));
         st->got_hello = true;
+        direct_agree(st, f->direct);
         PD_CHECK(send_frame(ch, st, F_PROOF, 0));
         if (f->mac != pd_tp_hs_proof(ch, PD_TP_RECEIVER, st->nonce, st->peer_nonce))
             return pd_tp_refuse(ch, PD_ERROR(PD_ECOMM, "channel %u: the peer failed to prove the job token", id));
         return post_control_recv(ch, st);
     }
     if (f->head.type == F_READY && st->got_hello) {
+        /* Connected (no other backend follows): the path agreed. */
+        pd_tp_slots_mpi_decide(ch, st->mine, st->peers);
         ch->ready = true;
         return post_control_recv(ch, st);
     }
@@ -696,7 +753,7 @@ static pd_status sender_progress(pd_channel *ch, mpi_state *st)
         msg_reqs *m = &st->msgs[i];
 
         *m = (msg_reqs){.req = {MPI_REQUEST_NULL, MPI_REQUEST_NULL}};
-        if (q->bytes <= INLINE_MAX) {
+        if (q->bytes <= inline_max(st)) {
             uint8_t *inl = st->staging + i * st->staging_stride;
 
             memcpy(inl, &q->header, sizeof(q->header));

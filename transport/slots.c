@@ -13,7 +13,9 @@
  * device buffers are written from in place; the receiver flushes the
  * adapter's writes before it hands a slot out. On shm's cuda-ipc path the
  * sender maps the receiver's device slots (a CUDA IPC handle) and its
- * progress copies each payload device to device into its slot. */
+ * progress copies each payload device to device into its slot. On mpi's
+ * cuda-aware-mpi path (both ends agreeing in the handshake) the library
+ * itself sends from and receives into device memory. */
 #include "config.h"
 
 #include <stdio.h>
@@ -38,6 +40,8 @@ pd_slot_path pd_transport_slot_path(const char *backend, pd_transport_memory mem
         if (caps & PD_SLOT_CAN_PEERMEM)
             return PD_SLOT_PATH_PEERMEM;
     }
+    if (backend && strcmp(backend, "mpi") == 0 && (caps & PD_SLOT_CAN_CUDA_AWARE_MPI))
+        return PD_SLOT_PATH_CUDA_AWARE_MPI;
     return PD_SLOT_PATH_STAGED;
 }
 
@@ -49,6 +53,7 @@ const char *pd_slot_path_name(pd_slot_path path)
     case PD_SLOT_PATH_CUDA_IPC: return "cuda-ipc";
     case PD_SLOT_PATH_DMABUF: return "dmabuf";
     case PD_SLOT_PATH_PEERMEM: return "peermem";
+    case PD_SLOT_PATH_CUDA_AWARE_MPI: return "cuda-aware-mpi";
     }
     return "?";
 }
@@ -69,6 +74,30 @@ unsigned pd_tp_slot_caps(const pd_device *dev, bool have_dmabuf_mr, bool force_p
         caps |= PD_SLOT_CAN_PEERMEM;
     }
     return caps;
+}
+
+pd_tp_mpi_direct pd_tp_mpi_direct_check(const pd_device *dev, pd_transport_memory memory, int cuda_aware,
+                                        bool force)
+{
+    if (memory == PD_TRANSPORT_HOST || !dev)
+        return PD_TP_MPI_HOST_MEMORY;
+    if (dev->kind == PD_DEVICE_CPU)
+        return force ? PD_TP_MPI_DIRECT_OK : PD_TP_MPI_CPU_DEVICE;
+    if (cuda_aware < 0)
+        return PD_TP_MPI_NOT_BUILT;
+    return cuda_aware ? PD_TP_MPI_DIRECT_OK : PD_TP_MPI_NOT_AT_RUN_TIME;
+}
+
+const char *pd_tp_mpi_direct_why(pd_tp_mpi_direct reason)
+{
+    switch (reason) {
+    case PD_TP_MPI_DIRECT_OK: return "it may";
+    case PD_TP_MPI_HOST_MEMORY: return "its memory is host memory";
+    case PD_TP_MPI_CPU_DEVICE: return "the cpu device stages";
+    case PD_TP_MPI_NOT_BUILT: return "this build's MPI has no CUDA-aware support (mpi-ext.h, MPIX_CUDA_AWARE_SUPPORT)";
+    case PD_TP_MPI_NOT_AT_RUN_TIME: return "the MPI library is not CUDA-aware at run time (MPIX_Query_cuda_support)";
+    }
+    return "an unknown reason";
 }
 
 static unsigned cap_of(pd_slot_path path)
@@ -279,6 +308,28 @@ pd_status pd_tp_slots_ipc_open(pd_channel *ch, const uint8_t *handle, uint64_t o
     return PD_OK;
 }
 
+void pd_tp_slots_mpi_decide(pd_channel *ch, pd_tp_mpi_direct mine, pd_tp_mpi_direct peers)
+{
+    char what[PD_TP_REASON_BYTES];
+
+    if (!on_device(ch))
+        return;
+    if (mine == PD_TP_MPI_DIRECT_OK && peers == PD_TP_MPI_DIRECT_OK) {
+        ch->slot_caps |= PD_SLOT_CAN_CUDA_AWARE_MPI;
+        /* The receiver's path follows from its caps when it is chosen. */
+        if (ch->role == PD_TP_SENDER)
+            ch->slot_path = PD_SLOT_PATH_CUDA_AWARE_MPI;
+        return;
+    }
+    ch->slot_caps &= ~(unsigned)PD_SLOT_CAN_CUDA_AWARE_MPI;
+    if (mine != PD_TP_MPI_DIRECT_OK)
+        snprintf(what, sizeof(what), "cuda-aware-mpi: %s", pd_tp_mpi_direct_why(mine));
+    else
+        snprintf(what, sizeof(what), "cuda-aware-mpi: the %s: %s", ch->role == PD_TP_SENDER ? "receiver" : "sender",
+                 pd_tp_mpi_direct_why(peers));
+    add_why(ch, what);
+}
+
 void pd_tp_slots_ipc_refused(pd_channel *ch, const char *reason)
 {
     char what[96];
@@ -387,6 +438,11 @@ pd_status pd_tp_slots_stage_send(pd_channel *ch, uint64_t seq, const void *data,
     /* On the cuda-ipc path progress copies from the device buffer itself. */
     if (!on_device(ch) || bytes == 0 || in_direct_region(ch, data, bytes) || ch->slot_path == PD_SLOT_PATH_CUDA_IPC)
         return PD_OK;
+    /* On cuda-aware-mpi the MPI library reads the buffer with copies of its
+     * own, which do not wait for the work queued on the device's stream:
+     * that work (what writes the buffer) must be done first. */
+    if (ch->slot_path == PD_SLOT_PATH_CUDA_AWARE_MPI)
+        return dev->mem->synchronize ? dev->mem->synchronize(dev) : PD_OK;
     buf = ch->staging + (seq % (uint64_t)ch->config.depth) * ch->config.slot_bytes;
     PD_CHECK(dev->mem->copy(dev, buf, data, bytes, PD_COPY_DEVICE_TO_HOST));
     ch->staged_copies++;
@@ -408,8 +464,10 @@ pd_status pd_tp_slots_deliver(pd_channel *ch, uint64_t seq, void *payload, size_
     if (bytes && pd_tp_slots_direct(ch) && dev->ops->flush_rdma_writes)
         PD_CHECK(dev->ops->flush_rdma_writes(dev));
     /* On the cuda-ipc path the sender copied and synchronised before it
-     * published the message. */
-    if (bytes && !pd_tp_slots_direct(ch) && ch->slot_path != PD_SLOT_PATH_CUDA_IPC) {
+     * published the message; on cuda-aware-mpi the payload's MPI_Irecv
+     * into the slot completed (the library's copies with it). */
+    if (bytes && !pd_tp_slots_direct(ch) && ch->slot_path != PD_SLOT_PATH_CUDA_IPC &&
+        ch->slot_path != PD_SLOT_PATH_CUDA_AWARE_MPI) {
         PD_CHECK(dev->mem->copy(dev, slot, payload, bytes, PD_COPY_HOST_TO_DEVICE));
         ch->staged_copies++;
     }

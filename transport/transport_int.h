@@ -241,6 +241,38 @@ pd_status pd_tp_slots_ipc_sync(pd_channel *ch);
  * tells the receiver they are unmapped); never fails. */
 void pd_tp_slots_ipc_close(pd_channel *ch);
 
+/* Whether one end of an mpi channel may take the cuda-aware-mpi path
+ * (MPI sends from and receives into its device memory), or why not; the
+ * code travels in the mpi handshake. */
+typedef enum {
+    PD_TP_MPI_DIRECT_OK = 0,
+    PD_TP_MPI_HOST_MEMORY = 1,     /* its memory is host memory */
+    PD_TP_MPI_CPU_DEVICE = 2,      /* the cpu device, not forced: it stages */
+    PD_TP_MPI_NOT_BUILT = 3,       /* no mpi-ext.h, or MPIX_CUDA_AWARE_SUPPORT absent or 0 */
+    PD_TP_MPI_NOT_AT_RUN_TIME = 4, /* MPIX_Query_cuda_support() returned 0 */
+} pd_tp_mpi_direct;
+
+/* A pure function of one end's facts: `memory` of `dev`, what the MPI
+ * library says (cuda_aware: 1 CUDA-aware, 0 built for it but not at run
+ * time, -1 this build cannot tell: pd_tp_mpi_cuda_aware) and whether the
+ * cpu device is forced ($PD_TRANSPORT_FORCE_MPI_DIRECT=1, tests: MPI
+ * then sends from and receives into its memory as from any host memory).
+ * A GPU needs a CUDA-aware library; the cpu device stages unless forced. */
+pd_tp_mpi_direct pd_tp_mpi_direct_check(const struct pd_device *dev, pd_transport_memory memory, int cuda_aware,
+                                        bool force);
+/* The reason in a few words ("its memory is host memory", ...). */
+const char *pd_tp_mpi_direct_why(pd_tp_mpi_direct reason);
+/* mpi, when the handshake agreed (this end's check and the peer's, as it
+ * sent it): for device memory, both OK takes the cuda-aware-mpi path
+ * (receiver: PD_SLOT_CAN_CUDA_AWARE_MPI for pd_tp_slots_choose; sender:
+ * its slot_path), else the channel stages, the first reason in slot_why. */
+void pd_tp_slots_mpi_decide(pd_channel *ch, pd_tp_mpi_direct mine, pd_tp_mpi_direct peers);
+#ifdef HAVE_MPI
+/* What the MPI library says of device pointers, for pd_tp_mpi_direct_check
+ * (MPI initialised). */
+int pd_tp_mpi_cuda_aware(void);
+#endif
+
 /* The verbs paths for device memory (PD_SLOT_CAN_DMABUF | _PEERMEM). */
 #define PD_SLOT_CAN_VERBS (PD_SLOT_CAN_DMABUF | PD_SLOT_CAN_PEERMEM)
 

@@ -83,6 +83,7 @@ typedef enum {
     PD_SLOT_PATH_CUDA_IPC = 2, /* shm: the sender writes the receiver's GPU slots through a CUDA IPC handle */
     PD_SLOT_PATH_DMABUF = 3,   /* verbs: GPU slots registered with ibv_reg_dmabuf_mr (GPUDirect RDMA) */
     PD_SLOT_PATH_PEERMEM = 4,  /* verbs: GPU slots registered with ibv_reg_mr (nvidia-peermem) */
+    PD_SLOT_PATH_CUDA_AWARE_MPI = 5, /* mpi: MPI_Isend/MPI_Irecv on the GPU memory itself (CUDA-aware MPI) */
 } pd_slot_path;
 
 /* What a build and machine offer for device memory beyond staging (bit
@@ -91,16 +92,18 @@ typedef enum {
     PD_SLOT_CAN_CUDA_IPC = 1, /* CUDA IPC handles between the ranks of a node */
     PD_SLOT_CAN_DMABUF = 2,   /* a dmabuf fd of device memory and ibv_reg_dmabuf_mr */
     PD_SLOT_CAN_PEERMEM = 4,  /* ibv_reg_mr accepts device pointers */
+    PD_SLOT_CAN_CUDA_AWARE_MPI = 8, /* both ends' MPI takes device pointers (agreed in the handshake) */
 } pd_slot_capability;
 
 /* The path a channel over `backend` ("shm", "verbs", "tcp", "mpi") takes
  * to memory `memory` given the capabilities `caps` found: host memory is
  * always PD_SLOT_PATH_HOST; device memory takes, in this order, shm: CUDA
- * IPC; verbs: dmabuf, then peermem; and staging when none applies (tcp,
- * mpi, or nothing found). A pure function. */
+ * IPC; verbs: dmabuf, then peermem; mpi: CUDA-aware MPI; and staging when
+ * none applies (tcp, or nothing found). A pure function. */
 pd_slot_path pd_transport_slot_path(const char *backend, pd_transport_memory memory, unsigned caps);
 
-/* "host", "staged", "cuda-ipc", "dmabuf", "peermem"; "?" for others. */
+/* "host", "staged", "cuda-ipc", "dmabuf", "peermem", "cuda-aware-mpi";
+ * "?" for others. */
 const char *pd_slot_path_name(pd_slot_path path);
 
 /* What a message is, as the schedule names it. */

@@ -7,11 +7,18 @@
 # non-zero status in time, not hang), `pipedream bench transport --backend
 # mpi` (a sound line per size beside plain MPI_Send/MPI_Recv) and
 # `pipedream topo --mpi --measure` (the level measured between the two
-# ranks). The MPI part skips (77) without MPI or mpirun.
+# ranks); and tests/unit/test_transport_gpu's mpi pairs with device
+# memory (the cpu device staged, forced onto the cuda-aware-mpi path at
+# both ends (a real run of it: MPI sends from and receives into its
+# memory, no staging copy), forced at one end only (both stage, saying
+# why), and a CUDA device: cuda-aware-mpi where the MPI library is
+# CUDA-aware, else staged with the reason; skipped without a GPU). The MPI
+# part skips (77) without MPI or mpirun.
 set -eu
 : "${top_builddir:?run under make check}"
 pd="$top_builddir/src/cli/pipedream"
 tt="$top_builddir/tests/unit/test_transport"
+tg="$top_builddir/tests/unit/test_transport_gpu"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -45,6 +52,34 @@ cat "$work/out"
 # TAP under make check (CMOCKA_MESSAGE_OUTPUT), cmocka's own format otherwise.
 grep -q "^ok [0-9]* - mpi: \|OK \] mpi: " "$work/out" || fail "the mpi case table passed no case"
 ! grep -q "^not ok\|FAILED" "$work/out" || fail "a case of the mpi table failed"
+
+# Device memory over mpi: the pairs of test_transport_gpu (plain TAP).
+status=0
+run2 300 "$tg" >"$work/out" 2>&1 || status=$?
+cat "$work/out"
+[ "$status" -ne 124 ] || fail "the mpi device-memory pairs hung (killed after 300 s)"
+[ "$status" -eq 0 ] || fail "the mpi device-memory pairs exited $status"
+! grep -q "^not ok" "$work/out" || fail "an mpi device-memory pair failed"
+forced="cpu slots over mpi, forced at the receiver yes, at the sender yes"
+grep -q "^ok [0-9]* - $forced: the receiver took the cuda-aware-mpi path over mpi" "$work/out" ||
+    fail "the forced cpu pair did not take cuda-aware-mpi"
+grep -q "^ok [0-9]* - $forced: the receiver made 0 staging copies" "$work/out" ||
+    fail "the forced cpu pair staged"
+[ "$(grep -c "^ok [0-9]* - $forced: message [0-9]* (.*) intact" "$work/out")" = 7 ] ||
+    fail "the forced cpu pair did not deliver its 7 messages intact"
+grep -q "^ok [0-9]* - $forced: the sender sent from device memory on the same path (status 0)" "$work/out" ||
+    fail "the forced cpu pair's sender did not take the same path"
+one="cpu slots over mpi, forced at the receiver yes, at the sender no"
+grep -q "^ok [0-9]* - $one: the receiver's reasons fit its path ('cuda-aware-mpi: the sender: the cpu device stages')" \
+    "$work/out" || fail "a pair forced at one end did not stage at both, saying why"
+cuda=$(grep "cuda slots over mpi" "$work/out" | grep -c "^ok [0-9]* - ") || true
+if grep -q "^ok [0-9]* # SKIP cuda slots over mpi" "$work/out"; then
+    echo "cuda slots over mpi: skipped ($(grep "# SKIP cuda slots over mpi" "$work/out" | sed 's/.*: no such/no/'))"
+else
+    # listen, 7 messages, path, copies, reasons, the sender: 12 checks passed.
+    [ "$cuda" = 12 ] || fail "cuda slots over mpi: $cuda of 12 checks passed"
+    echo "cuda slots over mpi: $(grep "^# cuda slots over mpi" "$work/out" | sed 's/^# //')"
+fi
 
 # A peer killed: mpirun ends the job, the survivor does not wait for ever.
 status=0

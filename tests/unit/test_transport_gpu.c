@@ -18,7 +18,13 @@
  * a device of this test whose memory is shared memory (memfd) and whose
  * IPC handle names the descriptor (/proc/<pid>/fd/<n>), and on
  * "ipc-fake-noopen", whose open fails (both ends fall back to staging,
- * saying why).
+ * saying why). Over mpi (under `mpirun -np 2`, rank 0 receiving, rank 1
+ * sending: tests/integration/transport_mpi.sh) both ends take the
+ * cuda-aware-mpi path where both may (a CUDA device with a CUDA-aware MPI
+ * library; the cpu device with $PD_TRANSPORT_FORCE_MPI_DIRECT=1, a real
+ * run of that path, MPI sending from and receiving into its memory) and
+ * stage otherwise, both saying why: the cpu device unforced, forced at one
+ * end only, forced at both, and a CUDA device (skipped without one).
  * Plain TAP (no cmocka: the GPU machines may lack it). The sender is this
  * program run again ("--sender ..."): exec'd, so that it opens its device
  * in a fresh process. */
@@ -34,6 +40,9 @@
 #include <unistd.h>
 
 #include <pipedream.h>
+#ifdef HAVE_MPI
+#include <mpi.h>
+#endif
 
 #include "test_tap.h"
 #include "transport/transport_int.h"
@@ -45,6 +54,10 @@
 #define SLOT_BYTES (((size_t)1 << 20) + 3)
 #define MESSAGES 7
 #define TIMEOUT_MS 20000
+#define TAG_TEST 7 /* under mpirun: the test's own messages (below the transport's tags) */
+
+/* Over mpi: whether this pair must take cuda-aware-mpi (set per case). */
+static bool mpi_want_direct;
 
 /* Message i: its size and its bytes. */
 static size_t msg_bytes(int i)
@@ -247,16 +260,20 @@ static bool may_register(const char *devname)
 /* Paths that copy nothing through pinned host memory. */
 static bool direct(pd_slot_path path)
 {
-    return path == PD_SLOT_PATH_DMABUF || path == PD_SLOT_PATH_PEERMEM || path == PD_SLOT_PATH_CUDA_IPC;
+    return path == PD_SLOT_PATH_DMABUF || path == PD_SLOT_PATH_PEERMEM || path == PD_SLOT_PATH_CUDA_IPC ||
+           path == PD_SLOT_PATH_CUDA_AWARE_MPI;
 }
 
 /* Whether `path` is the one a pair of `devname` over `backend` must take:
  * over shm cuda-ipc for a device with working IPC (a GPU, ipc-fake), else
  * staging; over tcp staging; over verbs the forced cpu device takes
  * peermem and a GPU whatever its adapter allows (dmabuf, peermem or
- * staging: only consistency with the copies is checked then). */
+ * staging: only consistency with the copies is checked then); over mpi
+ * cuda-aware-mpi where the case wants it, else staging. */
 static bool path_ok(const char *devname, const char *backend, pd_slot_path path)
 {
+    if (strcmp(backend, "mpi") == 0)
+        return path == (mpi_want_direct ? PD_SLOT_PATH_CUDA_AWARE_MPI : PD_SLOT_PATH_STAGED);
     if (strcmp(backend, "shm") == 0)
         return path == (ipc_device(devname) ? PD_SLOT_PATH_CUDA_IPC : PD_SLOT_PATH_STAGED);
     if (strcmp(backend, "verbs") != 0)
@@ -269,25 +286,47 @@ static bool path_ok(const char *devname, const char *backend, pd_slot_path path)
 /* A direct path copies nothing; staging copies every message with bytes. */
 static bool copies_ok(pd_slot_path path, uint64_t copies) { return direct(path) ? copies == 0 : copies > 0; }
 
-/* The other process: sends MESSAGES messages from device memory, then
- * waits until the receiver closes `done_fd`. Exit 0, or 1 on an error, 2
- * on a wrong path, 3 when registering device memory is refused on a
- * direct path or not refused on the staged one, 4 when a direct path
- * still copied (or ipc-fake's cuda-ipc path published without waiting
- * for its copies). */
-static int sender_main(char **argv)
+/* Over mpi: whether the path line's reasons fit the path: none for
+ * cuda-aware-mpi, a cuda-aware-mpi reason for staging. */
+static bool mpi_why_ok(const pd_channel *ch)
 {
-    const char *devname = argv[2], *backend = argv[3], *address = argv[4];
-    int done_fd = atoi(argv[6]), rc = 1;
+    return mpi_want_direct ? !strstr(ch->slot_why, "cuda-aware-mpi") : strstr(ch->slot_why, "cuda-aware-mpi: ") != NULL;
+}
+
+/* Waits until the receiver has checked what it received: it closes its
+ * end of the pipe `done_fd`, or (done_fd < 0, under mpirun) rank 0 says so. */
+static void wait_receiver(int done_fd)
+{
+    char byte;
+
+    if (done_fd >= 0) {
+        while (read(done_fd, &byte, 1) > 0) {
+        }
+        return;
+    }
+#ifdef HAVE_MPI
+    MPI_Recv(&byte, 1, MPI_CHAR, 0, TAG_TEST, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+#endif
+}
+
+/* The sending end: sends MESSAGES messages from device memory, then waits
+ * for the receiver (wait_receiver; under mpirun also after a failure).
+ * Returns 0, or 1 on an error, 2 on a
+ * wrong path, 3 when registering device memory is refused on a direct
+ * path or not refused on the staged one, 4 when a direct path still
+ * copied (or ipc-fake's cuda-ipc path published without waiting for its
+ * copies), 5 when an mpi sender's reasons do not fit its path. */
+static int send_all(const char *devname, const char *backend, const char *address, const char *hex, int done_fd)
+{
+    int rc = 1;
     pd_transport_token token;
     pd_device *dev = NULL;
     pd_channel *ch = NULL;
     void *bufs[MESSAGES] = {0};
     uint8_t *host = malloc(SLOT_BYTES);
     pd_channel_config c;
-    char byte;
 
-    if (!host || pd_transport_token_parse(argv[5], &token) != PD_OK || open_device(devname, &dev) != PD_OK)
+    if (!host || pd_transport_token_parse(hex, &token) != PD_OK || open_device(devname, &dev) != PD_OK)
         goto out;
     for (int i = 0; i < MESSAGES; i++) {
         for (size_t j = 0; j < msg_bytes(i); j++)
@@ -327,12 +366,18 @@ static int sender_main(char **argv)
     if (!copies_ok(pd_channel_slot_path(ch), ch->staged_copies) ||
         (strncmp(devname, "ipc-fake", 8) == 0 && pd_channel_slot_path(ch) == PD_SLOT_PATH_CUDA_IPC && fake_syncs == 0))
         goto out;
-    while (read(done_fd, &byte, 1) > 0) {
-    }
+    rc = 5;
+    if (strcmp(backend, "mpi") == 0 && !mpi_why_ok(ch))
+        goto out;
     rc = 0;
 out:
+    /* Under mpirun rank 0's word comes whatever happened here. */
+    if (rc == 0 || done_fd < 0)
+        wait_receiver(done_fd);
     if (rc)
-        fprintf(stderr, "sender (%s over %s): exit %d: %s\n", devname, backend, rc, pd_last_error());
+        fprintf(stderr, "sender (%s over %s): exit %d: %s (path %s%s%s)\n", devname, backend, rc, pd_last_error(),
+                ch ? pd_slot_path_name(pd_channel_slot_path(ch)) : "none", ch && *ch->slot_why ? ", failed: " : "",
+                ch ? ch->slot_why : "");
     pd_channel_close(ch);
     for (int i = 0; i < MESSAGES; i++)
         if (bufs[i])
@@ -341,6 +386,9 @@ out:
     free(host);
     return rc;
 }
+
+/* The other process (argv: --sender device backend address token fd). */
+static int sender_main(char **argv) { return send_all(argv[2], argv[3], argv[4], argv[5], atoi(argv[6])); }
 
 /* Receives the sender's messages into slots on `dev` and checks each. */
 static bool receive_all(pd_channel *ch, pd_device *dev, const char *what)
@@ -369,6 +417,19 @@ static bool receive_all(pd_channel *ch, pd_device *dev, const char *what)
     }
     free(host);
     return all;
+}
+
+/* The receiver's path, its copies and (mpi) its reasons, once every
+ * message arrived. */
+static void check_receiver(pd_channel *ch, const char *devname, const char *backend, const char *what)
+{
+    ok(path_ok(devname, backend, pd_channel_slot_path(ch)) && strcmp(pd_channel_backend(ch), backend) == 0,
+       "%s: the receiver took the %s path over %s", what, pd_slot_path_name(pd_channel_slot_path(ch)),
+       pd_channel_backend(ch));
+    ok(copies_ok(pd_channel_slot_path(ch), ch->staged_copies), "%s: the receiver made %llu staging copies", what,
+       (unsigned long long)ch->staged_copies);
+    if (strcmp(backend, "mpi") == 0)
+        ok(mpi_why_ok(ch), "%s: the receiver's reasons fit its path ('%s')", what, ch->slot_why);
 }
 
 /* Both ends with their memory on device `devname` over `backend`. */
@@ -414,11 +475,7 @@ static void run_pair(const char *self, const char *devname, const char *backend)
         goto out;
     }
     if (receive_all(ch, dev, what)) {
-        ok(path_ok(devname, backend, pd_channel_slot_path(ch)) && strcmp(pd_channel_backend(ch), backend) == 0,
-           "%s: the receiver took the %s path over %s", what, pd_slot_path_name(pd_channel_slot_path(ch)),
-           pd_channel_backend(ch));
-        ok(copies_ok(pd_channel_slot_path(ch), ch->staged_copies), "%s: the receiver made %llu staging copies",
-           what, (unsigned long long)ch->staged_copies);
+        check_receiver(ch, devname, backend, what);
         if (strcmp(backend, "shm") == 0 && strcmp(devname, "cpu") != 0)
             ok(ipc_device(devname) ? !strstr(ch->slot_why, "cuda-ipc")
                                    : strstr(ch->slot_why, "cuda-ipc: the sender did not map the slots: it cannot "
@@ -484,11 +541,21 @@ static void test_path_choice(void)
            pd_transport_slot_path("mpi", PD_TRANSPORT_DEVICE, all) == PD_SLOT_PATH_STAGED &&
            pd_transport_slot_path(NULL, PD_TRANSPORT_DEVICE, all) == PD_SLOT_PATH_STAGED,
        "tcp, mpi and no backend yet: staging");
+    ok(pd_transport_slot_path("mpi", PD_TRANSPORT_DEVICE, PD_SLOT_CAN_CUDA_AWARE_MPI) ==
+               PD_SLOT_PATH_CUDA_AWARE_MPI &&
+           pd_transport_slot_path("mpi", PD_TRANSPORT_DEVICE, all | PD_SLOT_CAN_CUDA_AWARE_MPI) ==
+               PD_SLOT_PATH_CUDA_AWARE_MPI &&
+           pd_transport_slot_path("mpi", PD_TRANSPORT_HOST, PD_SLOT_CAN_CUDA_AWARE_MPI) == PD_SLOT_PATH_HOST &&
+           pd_transport_slot_path("tcp", PD_TRANSPORT_DEVICE, PD_SLOT_CAN_CUDA_AWARE_MPI) == PD_SLOT_PATH_STAGED &&
+           pd_transport_slot_path("shm", PD_TRANSPORT_DEVICE, PD_SLOT_CAN_CUDA_AWARE_MPI) == PD_SLOT_PATH_STAGED &&
+           pd_transport_slot_path("verbs", PD_TRANSPORT_DEVICE, PD_SLOT_CAN_CUDA_AWARE_MPI) == PD_SLOT_PATH_STAGED,
+       "mpi: cuda-aware-mpi when both ends agreed, only over mpi and only for device memory");
     ok(strcmp(pd_slot_path_name(PD_SLOT_PATH_HOST), "host") == 0 &&
            strcmp(pd_slot_path_name(PD_SLOT_PATH_STAGED), "staged") == 0 &&
            strcmp(pd_slot_path_name(PD_SLOT_PATH_CUDA_IPC), "cuda-ipc") == 0 &&
            strcmp(pd_slot_path_name(PD_SLOT_PATH_DMABUF), "dmabuf") == 0 &&
            strcmp(pd_slot_path_name(PD_SLOT_PATH_PEERMEM), "peermem") == 0 &&
+           strcmp(pd_slot_path_name(PD_SLOT_PATH_CUDA_AWARE_MPI), "cuda-aware-mpi") == 0 &&
            strcmp(pd_slot_path_name((pd_slot_path)99), "?") == 0,
        "path names");
 }
@@ -525,6 +592,100 @@ static void test_slot_caps(void)
        "the cpu device offers nothing (it stages)");
     ok(pd_tp_slot_caps(&cpu, true, true) == PD_SLOT_CAN_PEERMEM,
        "the cpu device offers peermem when forced");
+}
+
+/* One end's facts for the mpi path: its device, its memory, what its MPI
+ * library says (-1 not built, 0 not at run time, 1 CUDA-aware), forced. */
+typedef struct mpi_end {
+    const pd_device *dev;
+    pd_transport_memory memory;
+    int cuda_aware;
+    bool force;
+} mpi_end;
+
+/* The answer docs/transport.md gives for one end. */
+static pd_tp_mpi_direct mpi_expected(const mpi_end *e)
+{
+    if (e->memory == PD_TRANSPORT_HOST)
+        return PD_TP_MPI_HOST_MEMORY;
+    if (e->dev->kind == PD_DEVICE_CPU)
+        return e->force ? PD_TP_MPI_DIRECT_OK : PD_TP_MPI_CPU_DEVICE;
+    return e->cuda_aware < 0 ? PD_TP_MPI_NOT_BUILT : e->cuda_aware ? PD_TP_MPI_DIRECT_OK : PD_TP_MPI_NOT_AT_RUN_TIME;
+}
+
+/* Whether cuda-aware-mpi may be taken: for every end (cpu device or GPU,
+ * host or device memory, MPI not built CUDA-aware / not at run time /
+ * CUDA-aware, forced or not) the check against the rules; and for every
+ * pair of such ends the decision each end makes from its own check and
+ * the one its peer sent (pd_tp_slots_mpi_decide, then the receiver's
+ * path from its capabilities as pd_tp_slots_choose takes it): both ends
+ * on the same path, direct only where both may, and a staged device end
+ * saying why (its own reason first, else the peer's). */
+static void test_mpi_direct(void)
+{
+    static const pd_device_ops plain_ops = {0};
+    static const pd_device cpu = {.kind = PD_DEVICE_CPU, .ops = &plain_ops};
+    static const pd_device gpu = {.kind = PD_DEVICE_CUDA, .ops = &plain_ops};
+    mpi_end ends[24];
+    int n = 0, wrong = 0, pairs = 0, bad_pairs = 0;
+
+    for (int d = 0; d < 2; d++)
+        for (int m = 0; m < 2; m++)
+            for (int a = -1; a <= 1; a++)
+                for (int f = 0; f < 2; f++)
+                    ends[n++] = (mpi_end){d ? &gpu : &cpu, m ? PD_TRANSPORT_DEVICE : PD_TRANSPORT_HOST, a, f == 1};
+    for (int i = 0; i < n; i++) {
+        pd_tp_mpi_direct got = pd_tp_mpi_direct_check(ends[i].dev, ends[i].memory, ends[i].cuda_aware, ends[i].force);
+        if (got != mpi_expected(&ends[i])) {
+            wrong++;
+            printf("# %s, %s memory, cuda_aware %d, force %d: %s (want %s)\n",
+                   ends[i].dev->kind == PD_DEVICE_CPU ? "cpu" : "gpu",
+                   ends[i].memory == PD_TRANSPORT_HOST ? "host" : "device", ends[i].cuda_aware, ends[i].force,
+                   pd_tp_mpi_direct_why(got), pd_tp_mpi_direct_why(mpi_expected(&ends[i])));
+        }
+    }
+    ok(wrong == 0 && pd_tp_mpi_direct_check(NULL, PD_TRANSPORT_HOST, 1, true) == PD_TP_MPI_HOST_MEMORY,
+       "mpi: an end may take cuda-aware-mpi with a GPU and a CUDA-aware MPI, or the cpu device forced (%d of %d "
+       "wrong)", wrong, n);
+    for (int r = 0; r < n; r++)
+        for (int t = 0; t < n; t++) {
+            pd_channel rx = {.role = PD_TP_RECEIVER}, tx = {.role = PD_TP_SENDER};
+            pd_tp_mpi_direct rm = mpi_expected(&ends[r]), tm = mpi_expected(&ends[t]);
+            bool both = rm == PD_TP_MPI_DIRECT_OK && tm == PD_TP_MPI_DIRECT_OK, good;
+            pd_slot_path rpath, tpath;
+
+            rx.config.memory = ends[r].memory;
+            tx.config.memory = ends[t].memory;
+            rx.slot_path = tx.slot_path = PD_SLOT_PATH_STAGED;
+            pd_tp_slots_mpi_decide(&rx, rm, tm);
+            pd_tp_slots_mpi_decide(&tx, tm, rm);
+            rpath = ends[r].memory == PD_TRANSPORT_HOST ? PD_SLOT_PATH_HOST
+                                                        : pd_transport_slot_path("mpi", rx.config.memory, rx.slot_caps);
+            tpath = tx.slot_path;
+            good = (both ? rpath == PD_SLOT_PATH_CUDA_AWARE_MPI && tpath == PD_SLOT_PATH_CUDA_AWARE_MPI
+                         : rpath != PD_SLOT_PATH_CUDA_AWARE_MPI && tpath != PD_SLOT_PATH_CUDA_AWARE_MPI);
+            /* A staged device end names a reason: its own, else its peer's. */
+            if (!both && ends[r].memory == PD_TRANSPORT_DEVICE)
+                good &= strstr(rx.slot_why, rm != PD_TP_MPI_DIRECT_OK ? pd_tp_mpi_direct_why(rm)
+                                                                      : pd_tp_mpi_direct_why(tm)) != NULL &&
+                        (rm != PD_TP_MPI_DIRECT_OK || strstr(rx.slot_why, "the sender: "));
+            if (!both && ends[t].memory == PD_TRANSPORT_DEVICE)
+                good &= strstr(tx.slot_why, tm != PD_TP_MPI_DIRECT_OK ? pd_tp_mpi_direct_why(tm)
+                                                                      : pd_tp_mpi_direct_why(rm)) != NULL &&
+                        (tm != PD_TP_MPI_DIRECT_OK || strstr(tx.slot_why, "the receiver: "));
+            good &= ends[r].memory == PD_TRANSPORT_DEVICE || !*rx.slot_why;
+            good &= ends[t].memory == PD_TRANSPORT_DEVICE || !*tx.slot_why;
+            pairs++;
+            if (!good) {
+                bad_pairs++;
+                printf("# receiver %d (%s), sender %d (%s): paths %s / %s, why '%s' / '%s'\n", r,
+                       pd_tp_mpi_direct_why(rm), t, pd_tp_mpi_direct_why(tm), pd_slot_path_name(rpath),
+                       pd_slot_path_name(tpath), rx.slot_why, tx.slot_why);
+            }
+        }
+    ok(bad_pairs == 0,
+       "mpi: both ends take cuda-aware-mpi only where both may, else both stage saying why (%d of %d pairs wrong)",
+       bad_pairs, pairs);
 }
 
 /* A stand-in for the registrations and the IPC mapping: which paths
@@ -676,14 +837,119 @@ static void test_bad_config(void)
     pd_channel_close(ch);
 }
 
+#ifdef HAVE_MPI
+/* Under mpirun: whether both ranks say yes. */
+static bool both_ranks(bool mine)
+{
+    int in = mine, all = 0;
+
+    MPI_Allreduce(&in, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    return all != 0;
+}
+
+/* One mpi pair with device memory: rank 0 receives (its end forced to
+ * the direct path on the cpu device if force_recv), rank 1 sends
+ * (force_send); both must take cuda-aware-mpi where both may, else stage. */
+static void run_mpi_pair(int rank, const char *devname, bool force_recv, bool force_send)
+{
+    char what[96], msg[PD_TP_ADDRESS_BYTES + 40];
+    pd_transport_token token;
+    pd_device *dev = NULL;
+    pd_channel *ch = NULL;
+    pd_channel_config c;
+    bool opened, listening;
+    int rc = 1;
+
+    snprintf(what, sizeof(what), "%s slots over mpi, forced at the receiver %s, at the sender %s", devname,
+             force_recv ? "yes" : "no", force_send ? "yes" : "no");
+    if ((rank == 0 ? force_recv : force_send))
+        setenv("PD_TRANSPORT_FORCE_MPI_DIRECT", "1", 1);
+    else
+        unsetenv("PD_TRANSPORT_FORCE_MPI_DIRECT");
+    opened = open_device(devname, &dev) == PD_OK;
+    if (!both_ranks(opened)) {
+        if (rank == 0)
+            skip("%s: no such device at both ranks%s%s", what, opened ? "" : ": ", opened ? "" : pd_last_error());
+        goto out;
+    }
+    /* Both ranks run one library: CUDA-aware for the GPU or not. */
+    mpi_want_direct = strcmp(devname, "cpu") == 0 ? force_recv && force_send : pd_tp_mpi_cuda_aware() == 1;
+    if (rank == 1) {
+        MPI_Recv(msg, (int)sizeof(msg), MPI_CHAR, 0, TAG_TEST, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        msg[sizeof(msg) - 1] = 0;
+        if (*msg) {
+            rc = send_all(devname, "mpi", msg + 33, msg, -1);
+        } else {
+            wait_receiver(-1);
+            rc = 1;
+        }
+        MPI_Send(&rc, 1, MPI_INT, 0, TAG_TEST, MPI_COMM_WORLD);
+        goto out;
+    }
+    memset(msg, 0, sizeof(msg));
+    listening = pd_transport_token_generate(&token) == PD_OK;
+    c = channel_config(dev, &token, "mpi");
+    listening = listening && pd_channel_listen(&c, &ch) == PD_OK;
+    if (listening) {
+        pd_transport_token_format(&token, msg);
+        snprintf(msg + 33, sizeof(msg) - 33, "%s", pd_channel_address(ch));
+    }
+    ok(listening, "%s: listen (%s)", what, listening ? pd_channel_address(ch) : pd_last_error());
+    MPI_Send(msg, (int)sizeof(msg), MPI_CHAR, 1, TAG_TEST, MPI_COMM_WORLD);
+    if (listening && receive_all(ch, dev, what))
+        check_receiver(ch, devname, "mpi", what);
+    printf("# %s: receiver's path %s%s%s\n", what, ch ? pd_slot_path_name(pd_channel_slot_path(ch)) : "none",
+           ch && *ch->slot_why ? ", failed: " : "", ch ? ch->slot_why : "");
+    MPI_Send("", 1, MPI_CHAR, 1, TAG_TEST, MPI_COMM_WORLD);
+    MPI_Recv(&rc, 1, MPI_INT, 1, TAG_TEST, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    ok(rc == 0, "%s: the sender sent from device memory on the same path (status %d)", what, rc);
+out:
+    pd_channel_close(ch);
+    close_device(dev);
+    unsetenv("PD_TRANSPORT_FORCE_MPI_DIRECT");
+}
+
+/* Under mpirun -np 2: the mpi pairs, rank 0 printing the TAP. */
+static int mpi_main(void)
+{
+    int rank = 0, size = 0;
+
+    MPI_Init(NULL, NULL);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (size != 2) {
+        fprintf(stderr, "test_transport_gpu under MPI: needs 2 ranks (have %d)\n", size);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    if (rank == 0)
+        printf("# mpi: this build's MPI says %d of device pointers (1 CUDA-aware, 0 not at run time, -1 not "
+               "built)\n", pd_tp_mpi_cuda_aware());
+    run_mpi_pair(rank, "cpu", false, false);
+    run_mpi_pair(rank, "cpu", true, true);
+    run_mpi_pair(rank, "cpu", true, false);
+    run_mpi_pair(rank, "cpu", false, true);
+    run_mpi_pair(rank, "cuda", false, false);
+    MPI_Finalize();
+    if (rank != 0)
+        return 0;
+    printf("1..%d\n", tap_cases);
+    return tap_failures ? 1 : 0;
+}
+#endif
+
 int main(int argc, char **argv)
 {
     static const char *const devices[] = {"cpu", "cuda"};
 
     if (argc == 7 && strcmp(argv[1], "--sender") == 0)
         return sender_main(argv);
+#ifdef HAVE_MPI
+    if (getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK"))
+        return mpi_main();
+#endif
     test_path_choice();
     test_slot_caps();
+    test_mpi_direct();
     test_chain();
     test_export_dmabuf();
     test_bad_config();
