@@ -149,6 +149,11 @@ else
         *) export OMPI_MCA_btl=${OMPI_MCA_btl:-self,sm,tcp} ;;
         esac
     fi
+    # Device memory over mpi: test_transport_gpu's mpi pairs on 2 ranks (the
+    # cuda pair takes cuda-aware-mpi where the library says it is CUDA-aware
+    # at run time, else stages saying why; its log tells which).
+    log "transport_gpu_mpi: test_transport_gpu's mpi pairs on 2 ranks"
+    step transport_gpu_mpi 60 5 mpirun "${mpirun_flags[@]}" -np 2 "$PD_BUILD/tests/unit/test_transport_gpu"
     cat >"$work/lenet2.plan.json" <<'JSON'
 {"cluster": {"levels": "2x1GB/s"}, "stages": [{"first_layer": "conv1", "last_layer": "pool2", "replicas": 1},
  {"first_layer": "flatten", "last_layer": "loss", "replicas": 1}]}

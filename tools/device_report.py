@@ -533,6 +533,11 @@ def main(argv):
         tests.append(t)
         taps[name] = tap
     tests.insert(1, transport_gpu_result(a.work, gpu_expected))
+    if os.path.exists(os.path.join(a.work, "transport_gpu_mpi.rc")):  # run with the pipeline's mpirun
+        t, tap = test_result(a.work, "transport_gpu_mpi", False)
+        t["notes"] += [l[2:] for l in read(os.path.join(a.work, "transport_gpu_mpi.out")).splitlines()
+                       if l.startswith("# mpi:") or l.startswith("# cuda slots over mpi")]
+        tests.insert(2, t)
     ours = ours_runs(a.work, configs, precisions)
     theirs, torch_step = torch_runs(a.work, configs, precisions)
     r = {
