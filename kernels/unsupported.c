@@ -196,4 +196,12 @@ void pd_device_ops_overlay(pd_device_ops *table, const pd_device_ops *backend)
     OVERLAY(event_elapsed_ms);
     OVERLAY(event_destroy);
     OVERLAY(set_precision);
+    /* Optional entries stay NULL where the backend has none: their
+     * absence is what callers test (a device without dma_buf export, CUDA
+     * IPC or an RDMA write flush). */
+    table->export_dmabuf = backend->export_dmabuf;
+    table->ipc_export = backend->ipc_export;
+    table->ipc_open = backend->ipc_open;
+    table->ipc_close = backend->ipc_close;
+    table->flush_rdma_writes = backend->flush_rdma_writes;
 }

@@ -144,6 +144,26 @@ static void test_device_names(void **state)
     assert_null(dev);
 }
 
+/* Entries a device may leave NULL (pd_device_ops: "Optional"), by their
+ * index among the table's function pointers. */
+static bool is_optional_entry(size_t i)
+{
+    const size_t optional[] = {offsetof(pd_device_ops, export_dmabuf), offsetof(pd_device_ops, ipc_export),
+                               offsetof(pd_device_ops, ipc_open), offsetof(pd_device_ops, ipc_close),
+                               offsetof(pd_device_ops, flush_rdma_writes)};
+
+    for (size_t k = 0; k < sizeof(optional) / sizeof(optional[0]); k++)
+        if (optional[k] == i * sizeof(void (*)(void)))
+            return true;
+    return false;
+}
+
+static pd_status fake_export_dmabuf(pd_device *dev, const void *ptr, size_t bytes, int *fd, uint64_t *offset)
+{
+    return PD_ENOTSUP;
+}
+static pd_status fake_flush(pd_device *dev) { return PD_OK; }
+
 static void test_unsupported_entry_names_itself(void **state)
 {
     /* A backend that implements nothing gets the default table: every
@@ -161,7 +181,19 @@ static void test_unsupported_entry_names_itself(void **state)
     assert_int_equal(table.lrn_forward(&dev, NULL, &t, &t), PD_ENOTSUP);
     assert_non_null(strstr(pd_last_error(), "lrn_forward"));
     for (size_t i = 0; i < sizeof(table) / sizeof(void (*)(void)); i++)
-        assert_non_null(((void (**)(void))&table)[i]);
+        if (!is_optional_entry(i))
+            assert_non_null(((void (**)(void))&table)[i]);
+    /* The optional entries pass through as the backend has them: NULL for
+     * one without, its own where it has one. */
+    assert_null(table.export_dmabuf);
+    assert_null(table.ipc_open);
+    assert_null(table.flush_rdma_writes);
+    pd_device_ops with = {.export_dmabuf = fake_export_dmabuf, .flush_rdma_writes = fake_flush};
+    pd_device_ops_overlay(&table, &with);
+    assert_ptr_equal(table.export_dmabuf, fake_export_dmabuf);
+    assert_ptr_equal(table.flush_rdma_writes, fake_flush);
+    assert_null(table.ipc_export);
+    assert_non_null(table.fill);
     /* A CUDA name fails cleanly where the backend or the GPU is absent. */
     pd_device *gpu = NULL;
     pd_status s = pd_device_open("cuda", &gpu);
