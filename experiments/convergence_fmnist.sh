@@ -18,7 +18,9 @@
 # --warmup-steps in minibatches of a stage-0 replica, of which an optimizer
 # step takes one per replica, so each run gets WARMUP x its replicas.
 #
-# Usage: experiments/convergence_fmnist.sh [EPOCHS]   (default 3)
+# Usage: experiments/convergence_fmnist.sh [EPOCHS]   (default 10, the
+# comparison in docs/runtime.md: about 25 minutes for the three runs on 2
+# idle cores; after 3 the 4-stage pipeline still trails dp by 1-1.5 points)
 # Environment: PIPEDREAM (the program; default: pipedream on PATH, else
 # src/cli/pipedream under the current directory), MPIRUN (default mpirun),
 # DATA (default /usr/share/datasets/fashion-mnist), OUT (default
@@ -31,7 +33,7 @@
 # Writes $OUT/convergence_fmnist.csv (one row per run and epoch) and the
 # runs' metrics and logs under $OUT/convergence_fmnist/.
 set -eu
-epochs=${1:-3}
+epochs=${1:-10}
 pd=${PIPEDREAM:-$(command -v pipedream || echo src/cli/pipedream)}
 mpirun=${MPIRUN:-mpirun}
 data=${DATA:-/usr/share/datasets/fashion-mnist}
