@@ -143,6 +143,7 @@ INTEGRATION_TESTS = \
 	tests/integration/pipeline_binding.sh \
 	tests/integration/pipeline_2bw.sh \
 	tests/integration/pipeline_bf16.sh \
+	tests/integration/pipeline_devchan.sh \
 	tests/integration/slurm_sbatch.sh \
 	tests/integration/emulated_run.sh
 TESTS += $(INTEGRATION_TESTS)

@@ -79,6 +79,15 @@ typedef struct pd_pipeline_options {
      * the all-reduce, as PipeDream's data-parallel stages do. */
     bool overlap_allreduce;
     const char *backends;     /* transport preference; NULL: $PD_TRANSPORT or the default */
+    /* Where the channels' memory lives (docs/runtime.md, start-up step 6):
+     * "host": the cut tensors are copied to host send buffers and from the
+     * receiver's host slots (the device's copies to and from the host);
+     * "device": send buffers and receive slots in memory of the rank's
+     * device (PD_TRANSPORT_DEVICE channels, pack and unpack copy device to
+     * device; the transport takes a direct path where it has one, else
+     * stages through pinned host memory; allowed on the cpu device, where
+     * it stages); "auto" (or NULL): device unless the device is the cpu. */
+    const char *channel_memory;
     /* A thread per rank that progresses its channels (sends leave and
      * messages land while the rank computes) and sleeps on their
      * descriptors while idle: > 0 on, < 0 off, 0 the default (on). Never
@@ -143,6 +152,7 @@ typedef struct pd_pipeline_info {
     int64_t parameters;      /* trainable elements of this stage */
     size_t allocated_bytes;  /* the graph memory of this rank's part of the model */
     size_t model_bytes;      /* what the whole model's graph would take */
+    char channel_memory[80]; /* where its channels' memory lives: "host memory", "memory of cuda:0" */
 } pd_pipeline_info;
 
 /* What a finished run measured (losses and accuracies on rank 0 only). */

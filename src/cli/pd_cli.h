@@ -161,6 +161,7 @@ typedef struct pd_cli_pipeline_args {
     int64_t weight_versions, accumulate; /* 0: not given */
     double progress; /* --progress-every seconds; 0: the runtime's default */
     const char *progress_thread; /* --progress-thread on|off; NULL: the runtime's default */
+    const char *channel_memory;  /* --channel-memory host|device|auto; NULL: auto */
     bool vertical_sync, overlap_allreduce, quiet;
 } pd_cli_pipeline_args;
 struct pd_trainer_options;

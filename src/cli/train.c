@@ -98,6 +98,7 @@ enum {
     OPT_WEIGHT_VERSIONS,
     OPT_ACCUMULATE,
     OPT_PROGRESS_THREAD,
+    OPT_CHANNEL_MEMORY,
 };
 
 static double now_seconds(void)
@@ -349,6 +350,7 @@ static int parse_args(int argc, char **argv, train_args *a)
         {"weight-versions", required_argument, NULL, OPT_WEIGHT_VERSIONS},
         {"accumulate", required_argument, NULL, OPT_ACCUMULATE},
         {"progress-thread", required_argument, NULL, OPT_PROGRESS_THREAD},
+        {"channel-memory", required_argument, NULL, OPT_CHANNEL_MEMORY},
         {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -429,6 +431,7 @@ static int parse_args(int argc, char **argv, train_args *a)
         case OPT_OVERLAP_ALLREDUCE: a->pipeline.overlap_allreduce = true; break;
         case OPT_BIND: a->pipeline.bind = optarg; break;
         case OPT_PROGRESS_THREAD: a->pipeline.progress_thread = optarg; break;
+        case OPT_CHANNEL_MEMORY: a->pipeline.channel_memory = optarg; break;
         case OPT_VERTICAL_SYNC: a->pipeline.vertical_sync = true; break;
         case OPT_MICROBATCHES:
             bad = pd_cli_parse_int64("--microbatches", optarg, 1, 1 << 20, &a->pipeline.microbatches);
@@ -641,8 +644,9 @@ int pd_cli_train(int argc, char **argv)
         a.pipeline.quiet = a.quiet;
         return pd_cli_train_pipeline(argc, argv, &a.t, &a.pipeline);
     }
-    if (a.pipeline.weight_versions || a.pipeline.accumulate) {
-        pd_cli_error("train: --weight-versions and --accumulate are for pipeline training (--plan or --np)");
+    if (a.pipeline.weight_versions || a.pipeline.accumulate || a.pipeline.channel_memory) {
+        pd_cli_error("train: --weight-versions, --accumulate and --channel-memory are for pipeline training (--plan "
+                     "or --np)");
         return PD_CLI_USAGE;
     }
     a.t.progress = on_progress;

@@ -59,6 +59,13 @@ void pd_cli_train_pipeline_usage(FILE *out)
             "  --progress-thread on|off  on (default): a thread per rank progresses its\n"
             "                         channels while the rank computes (not with the mpi\n"
             "                         transport); off: only the compute thread does\n"
+            "  --channel-memory host|device|auto  where the channels' send buffers and\n"
+            "                         receive slots live: host (activations and gradients\n"
+            "                         cross host memory), device (the rank's device memory:\n"
+            "                         copied device to device, sent over the transport's\n"
+            "                         direct path or staged through pinned host memory;\n"
+            "                         on the cpu device it stages); auto (default): device\n"
+            "                         unless the device is the cpu\n"
             "  --steps (a multiple of every stage's replicas) or --epochs (each rounded\n"
             "  down to such a multiple); the test split is evaluated through the pipeline\n"
             "  after every epoch, every --eval-every steps and at the end; rank 0 writes\n"
@@ -171,6 +178,7 @@ static int check_args(pd_trainer_options *t, const pd_cli_pipeline_args *pa, pd_
         .timeout_ms = (int)(pa->timeout * 1000),
         .progress_seconds = pa->quiet ? -1.0 : pa->progress,
         .bind = pa->bind,
+        .channel_memory = pa->channel_memory,
         .progress_thread = !pa->progress_thread ? 0 : strcmp(pa->progress_thread, "on") == 0 ? 1 : -1,
     };
     if (pa->schedule && pd_sched_type_parse(pa->schedule, &o->schedule) != PD_OK) {
@@ -241,10 +249,10 @@ int pd_cli_train_pipeline(int argc, char **argv, struct pd_trainer_options *t, c
         snprintf(accumulate, sizeof(accumulate), " (2BW, an update every %d minibatches)", info.accumulate);
     if (!pa->quiet)
         fprintf(stderr, "pipedream: rank %d of %d (pid %ld): stage %d of %d, replica %d of %d, %lld parameters, "
-                        "%.2f of the model's %.2f MB allocated, %d in flight, %d weight versions%s\n", info.rank,
+                        "%.2f of the model's %.2f MB allocated, %d in flight, %d weight versions%s, channels in %s\n", info.rank,
                 info.ranks, (long)getpid(), info.stage, info.n_stages, info.replica, info.replicas,
                 (long long)info.parameters, (double)info.allocated_bytes / 1e6, (double)info.model_bytes / 1e6,
-                info.in_flight, info.weight_versions, accumulate);
+                info.in_flight, info.weight_versions, accumulate, info.channel_memory);
     if ((s = pd_pipeline_run(p)) != PD_OK)
         goto fail;
     pd_pipeline_get_result(p, &r);

@@ -92,6 +92,38 @@ static size_t message_bytes(const pd_sched *s, int src, int dst, const size_t *c
     return a < b ? cut[a] : cut_grad[b];
 }
 
+/* The send buffers of c: host memory, or memory of b->channel_dev on page
+ * boundaries, padded by a page so that a dmabuf export of them (rounded
+ * out to pages) stays inside the allocation, as the transport's own device
+ * slots are. */
+static pd_status alloc_buffers(pd_boot *b, pd_peer_channel *c)
+{
+    pd_device *dev = b->channel_dev;
+    const size_t bytes = c->slot_bytes * (size_t)b->depth;
+    const long sys_page = sysconf(_SC_PAGESIZE);
+    const size_t page = sys_page > 0 ? (size_t)sys_page : 4096;
+    const size_t padded = (bytes + page - 1) / page * page + 2 * page;
+
+    if (!dev) {
+        if (!(c->buffers = malloc(bytes)))
+            return PD_ERROR(PD_ENOMEM, "pipeline: out of host memory for send buffers to rank %d", c->peer);
+        return PD_OK;
+    }
+    PD_CHECK(dev->mem->alloc(dev, padded, &c->buffers_alloc));
+    c->buffers = (unsigned char *)(((uintptr_t)c->buffers_alloc + page - 1) / page * page + page);
+    return PD_OK;
+}
+
+static void free_buffers(pd_boot *b, pd_peer_channel *c)
+{
+    if (c->buffers_alloc)
+        b->channel_dev->mem->free(b->channel_dev, c->buffers_alloc);
+    else
+        free(c->buffers);
+    c->buffers = NULL;
+    c->buffers_alloc = NULL;
+}
+
 static pd_status add_channel(pd_boot *b, int peer, bool send, size_t bytes, const pd_channel_config *base)
 {
     pd_peer_channel *c = &b->channels[b->n_channels];
@@ -105,12 +137,13 @@ static pd_status add_channel(pd_boot *b, int peer, bool send, size_t bytes, cons
         b->n_channels++;
         return PD_OK;
     }
-    c->buffers = malloc(c->slot_bytes * (size_t)b->depth);
-    c->seqs = malloc(sizeof(*c->seqs) * (size_t)b->depth);
-    if (!c->buffers || !c->seqs) {
-        free(c->buffers);
-        free(c->seqs);
+    if (!(c->seqs = malloc(sizeof(*c->seqs) * (size_t)b->depth)))
         return PD_ERROR(PD_ENOMEM, "pipeline: out of host memory for send buffers to rank %d", peer);
+    pd_status st = alloc_buffers(b, c);
+    if (st != PD_OK) {
+        free(c->seqs);
+        c->seqs = NULL;
+        return st;
     }
     for (int i = 0; i < b->depth; i++)
         c->seqs[i] = UINT64_MAX;
@@ -175,12 +208,29 @@ static pd_status find_address(const pd_boot *b, const char *all, const int *offs
 }
 #endif
 
+/* Device memory: registers every send channel's buffers, so that a
+ * backend with a direct path (verbs: dmabuf, peermem) sends from them in
+ * place; where the channel has none (PD_ENOTSUP) its sends are staged. */
+static pd_status register_buffers(pd_boot *b)
+{
+    for (int i = 0; b->channel_dev && i < b->n_channels; i++) {
+        pd_peer_channel *c = &b->channels[i];
+        if (!c->send)
+            continue;
+        pd_status s = pd_channel_register(c->ch, c->buffers, c->slot_bytes * (size_t)b->depth);
+        if (s != PD_OK && s != PD_ENOTSUP)
+            return s;
+    }
+    return PD_OK;
+}
+
 pd_status pd_boot_channels(pd_boot *b, const pd_sched *s, const size_t *cut, const size_t *cut_grad,
-                           const char *backends, int timeout_ms)
+                           const char *backends, int timeout_ms, pd_device *dev)
 {
     unsigned char *want = calloc((size_t)b->ranks, 1);
     pd_status st = PD_OK;
 
+    b->channel_dev = dev;
     b->channels = calloc((size_t)(2 * b->ranks), sizeof(*b->channels));
     if (!want || !b->channels) {
         free(want);
@@ -192,7 +242,9 @@ pd_status pd_boot_channels(pd_boot *b, const pd_sched *s, const size_t *cut, con
                                     .token = &b->token,
                                     .backends = backends,
                                     .host = b->binding.nic_address[0] ? b->binding.nic_address : NULL,
-                                    .timeout_ms = timeout_ms};
+                                    .timeout_ms = timeout_ms,
+                                    .memory = dev ? PD_TRANSPORT_DEVICE : PD_TRANSPORT_HOST,
+                                    .device = dev};
     for (int r = 0; r < b->ranks && st == PD_OK; r++)
         if (want[r] & 1)
             st = add_channel(b, r, false, message_bytes(s, r, b->rank, cut, cut_grad), &base);
@@ -228,7 +280,7 @@ pd_status pd_boot_channels(pd_boot *b, const pd_sched *s, const size_t *cut, con
         chs[i] = b->channels[i].ch;
     st = pd_channel_wait_connected(chs, b->n_channels, -1);
     free(chs);
-    return st;
+    return st != PD_OK ? st : register_buffers(b);
 }
 
 pd_status pd_boot_replica_comm(pd_boot *b, const pd_sched *s)
@@ -261,14 +313,21 @@ pd_peer_channel *pd_boot_channel(pd_boot *b, int peer, bool send)
     return NULL;
 }
 
-void pd_boot_destroy(pd_boot *b)
+void pd_boot_close_channels(pd_boot *b)
 {
     for (int i = 0; i < b->n_channels; i++) {
         pd_channel_close(b->channels[i].ch);
-        free(b->channels[i].buffers);
+        free_buffers(b, &b->channels[i]);
         free(b->channels[i].seqs);
     }
     free(b->channels);
+    b->channels = NULL;
+    b->n_channels = 0;
+}
+
+void pd_boot_destroy(pd_boot *b)
+{
+    pd_boot_close_channels(b);
     free(b->procs);
 #ifdef HAVE_MPI
     if (b->replica_comm) {

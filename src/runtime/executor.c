@@ -166,7 +166,7 @@ static pd_status post_send(pd_pipeline *p, const pd_sched_action *a, const int *
     unsigned char *buf = c->buffers + (size_t)idx * c->slot_bytes;
     if (c->seqs[idx] != UINT64_MAX)
         PD_CHECK(wait_send(p, c, c->seqs[idx]));
-    PD_CHECK(pd_stage_pack(&p->st, nodes, n, grads, buf));
+    PD_CHECK(pd_stage_pack(&p->st, nodes, n, grads, buf, p->boot.channel_dev));
     if ((s = pd_channel_send(c->ch, buf, bytes, &tag, &c->seqs[idx])) != PD_OK)
         return peer_failed(p, a->peer, s);
     c->sent++;
@@ -392,7 +392,8 @@ static pd_status execute(pd_pipeline *p, int i)
     case PD_SCHED_RECV_GRAD: {
         const bool act = a->op == PD_SCHED_RECV_ACT;
         PD_CHECK(wait_message(p, a->peer, act ? PD_MSG_ACTIVATION : PD_MSG_GRADIENT, a->minibatch, &msg));
-        s = act ? pd_stage_unpack_act(st, msg.data, msg.bytes) : pd_stage_unpack_grad(st, msg.data, msg.bytes);
+        s = act ? pd_stage_unpack_act(st, msg.data, msg.bytes, p->boot.channel_dev)
+                : pd_stage_unpack_grad(st, msg.data, msg.bytes, p->boot.channel_dev);
         PD_CHECK(s);
         if ((s = pd_channel_release(pd_boot_channel(&p->boot, a->peer, false)->ch, &msg)) != PD_OK)
             return peer_failed(p, a->peer, s);

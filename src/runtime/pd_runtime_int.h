@@ -135,10 +135,13 @@ void pd_stage_destroy(pd_stage *st);
 
 /* Copies the tensors of `nodes` (outputs, or gradients when `grads`) to or
  * from a message buffer, in order; only nodes needing a gradient count for
- * gradients. */
-pd_status pd_stage_pack(pd_stage *st, const int *nodes, int n, bool grads, void *buf);
-pd_status pd_stage_unpack_act(pd_stage *st, const void *buf, size_t bytes);
-pd_status pd_stage_unpack_grad(pd_stage *st, const void *buf, size_t bytes);
+ * gradients. The buffer is host memory when `buf_dev` is NULL, else memory
+ * of `buf_dev` (the tensors' device: copied device to device). Either way
+ * the copies are complete when these return (the buffer may be sent, the
+ * slot released). */
+pd_status pd_stage_pack(pd_stage *st, const int *nodes, int n, bool grads, void *buf, pd_device *buf_dev);
+pd_status pd_stage_unpack_act(pd_stage *st, const void *buf, size_t bytes, pd_device *buf_dev);
+pd_status pd_stage_unpack_grad(pd_stage *st, const void *buf, size_t bytes, pd_device *buf_dev);
 
 /* Keeps / brings back the forward state of minibatch `mb`. */
 pd_status pd_stage_stash_save(pd_stage *st, int64_t mb);
@@ -214,7 +217,8 @@ typedef struct pd_peer_channel {
     bool send;         /* this rank sends on it */
     pd_channel *ch;
     size_t slot_bytes;
-    unsigned char *buffers; /* send side: depth buffers of slot_bytes */
+    unsigned char *buffers; /* send side: depth buffers of slot_bytes (host, or the channel device's memory) */
+    void *buffers_alloc;    /* device memory: the allocation holding them (page-padded) */
     uint64_t *seqs;         /* send side: per buffer, the send using it (UINT64_MAX: none) */
     uint64_t sent;          /* send side: messages posted */
     double wait_s;          /* time this rank waited on the channel since the last progress line */
@@ -231,15 +235,21 @@ typedef struct pd_boot {
     pd_peer_channel *channels;
     int n_channels;
     int depth;
+    pd_device *channel_dev;  /* the channels' memory: NULL host, else this device's (PD_TRANSPORT_DEVICE) */
 } pd_boot;
 
 pd_status pd_boot_init(pd_boot *b);
 /* Opens one channel per ordered pair of ranks that exchange messages in
- * `s`, slot sizes from `act_bytes`/`grad_bytes` per stage cut. */
+ * `s`, slot sizes from `act_bytes`/`grad_bytes` per stage cut; in memory of
+ * `dev` (receive slots, send buffers, registered with the channel where it
+ * has a direct path) or, when `dev` is NULL, in host memory. */
 pd_status pd_boot_channels(pd_boot *b, const pd_sched *s, const size_t *cut_bytes, const size_t *cut_grad_bytes,
-                           const char *backends, int timeout_ms);
+                           const char *backends, int timeout_ms, pd_device *dev);
 pd_status pd_boot_replica_comm(pd_boot *b, const pd_sched *s);
 pd_peer_channel *pd_boot_channel(pd_boot *b, int peer, bool send);
+/* Closes the channels and frees their buffers (before their device
+ * closes); pd_boot_destroy does it too when not done. */
+void pd_boot_close_channels(pd_boot *b);
 void pd_boot_destroy(pd_boot *b);
 
 /* ---- segments.c: the run as schedules between flushes ---- */

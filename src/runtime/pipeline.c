@@ -43,7 +43,24 @@ pd_status pd_pipeline_check_options(const pd_pipeline_options *o)
                         (long long)t->eval_every, (long long)t->checkpoint_every);
     if (o->vertical_sync && o->schedule != PD_SCHED_1F1B && o->schedule != PD_SCHED_1F1B_VSYNC)
         return PD_ERROR(PD_EINVAL, "pipeline: vertical sync needs the 1f1b schedule");
+    if (o->channel_memory && strcmp(o->channel_memory, "auto") != 0 && strcmp(o->channel_memory, "host") != 0 &&
+        strcmp(o->channel_memory, "device") != 0)
+        return PD_ERROR(PD_EINVAL, "pipeline: channel memory '%s': expected host, device or auto", o->channel_memory);
     return pd_versions_check_options(o);
+}
+
+/* The device whose memory the channels use (opts.channel_memory), or NULL
+ * for host memory; an unused rank (no device, no channels) has none. */
+static pd_device *channel_device(const pd_pipeline *p)
+{
+    const char *m = p->opts.channel_memory;
+    pd_device *dev = p->parts.dev;
+
+    if (!dev || (m && strcmp(m, "host") == 0))
+        return NULL;
+    if (m && strcmp(m, "device") == 0)
+        return dev;
+    return dev->kind != PD_DEVICE_CPU ? dev : NULL; /* auto */
 }
 
 static int64_t lcm64(int64_t a, int64_t b)
@@ -348,7 +365,8 @@ static pd_status make_channels(pd_pipeline *p)
         cut[p->stage] = p->st.act_out_bytes;
         cut_grad[p->stage] = p->st.grad_in_bytes;
     }
-    s = pd_boot_channels(&p->boot, p->sched, cut, cut_grad, p->opts.backends, p->opts.timeout_ms);
+    s = pd_boot_channels(&p->boot, p->sched, cut, cut_grad, p->opts.backends, p->opts.timeout_ms,
+                         channel_device(p));
     free(cut);
     free(cut_grad);
     PD_CHECK(s);
@@ -456,6 +474,10 @@ void pd_pipeline_get_info(const pd_pipeline *p, pd_pipeline_info *out)
         .allocated_bytes = p->parts.g ? pd_graph_allocated_bytes(p->parts.g) : 0, /* an unused rank has none */
         .model_bytes = p->model_bytes,
     };
+    if (p->boot.channel_dev)
+        snprintf(out->channel_memory, sizeof(out->channel_memory), "memory of %s", p->boot.channel_dev->name);
+    else
+        snprintf(out->channel_memory, sizeof(out->channel_memory), "host memory");
 }
 
 void pd_pipeline_get_result(const pd_pipeline *p, pd_pipeline_result *out) { *out = p->result; }
@@ -503,6 +525,7 @@ void pd_pipeline_destroy(pd_pipeline *p)
     pd_versions_destroy(&p->ver);
     pd_optimizer_destroy(p->opt);
     pd_stage_destroy(&p->st);
+    pd_boot_close_channels(&p->boot); /* before their device closes with the trainer */
     pd_trainer_destroy(p->trainer);
     pd_sched_destroy(p->sched);
     pd_plan_destroy(p->plan);

@@ -245,7 +245,30 @@ void pd_stage_destroy(pd_stage *st)
     *st = (pd_stage){0};
 }
 
-pd_status pd_stage_pack(pd_stage *st, const int *nodes, int n, bool grads, void *buf)
+/* Copies `bytes` from `src` to `dst` on the device of tensor t: one of
+ * them is t's data, the other a message buffer in host memory (buf_dev
+ * NULL, `kind` says which way) or in memory of buf_dev (device to
+ * device). */
+static pd_status copy_message(const pd_tensor *t, void *dst, const void *src, size_t bytes, pd_copy_kind kind,
+                              pd_device *buf_dev)
+{
+    if (buf_dev && buf_dev != t->device)
+        return PD_ERROR(PD_EINVAL, "pipeline: a message buffer of %s for a tensor of %s", buf_dev->name,
+                        t->device->name);
+    if (!bytes)
+        return PD_OK;
+    return t->device->mem->copy(t->device, dst, src, bytes, buf_dev ? PD_COPY_DEVICE_TO_DEVICE : kind);
+}
+
+/* After copies into or out of a device buffer: they are queued on the
+ * device (device-to-device copies return at once), so wait for them
+ * before the buffer is sent or the slot released. */
+static pd_status message_done(pd_device *buf_dev)
+{
+    return buf_dev && buf_dev->mem->synchronize ? buf_dev->mem->synchronize(buf_dev) : PD_OK;
+}
+
+pd_status pd_stage_pack(pd_stage *st, const int *nodes, int n, bool grads, void *buf, pd_device *buf_dev)
 {
     size_t offset = 0;
 
@@ -256,13 +279,13 @@ pd_status pd_stage_pack(pd_stage *st, const int *nodes, int n, bool grads, void 
         if (!t || !t->data)
             return PD_ERROR(PD_ESTATE, "pipeline: no %s for '%s' to send", grads ? "gradient" : "output",
                             pd_graph_node_name(st->g, nodes[i]));
-        PD_CHECK(pd_tensor_copy_to_host(t, (char *)buf + offset, pd_tensor_nbytes(t)));
+        PD_CHECK(copy_message(t, (char *)buf + offset, t->data, pd_tensor_nbytes(t), PD_COPY_DEVICE_TO_HOST, buf_dev));
         offset += pd_tensor_nbytes(t);
     }
-    return PD_OK;
+    return message_done(buf_dev);
 }
 
-pd_status pd_stage_unpack_act(pd_stage *st, const void *buf, size_t bytes)
+pd_status pd_stage_unpack_act(pd_stage *st, const void *buf, size_t bytes, pd_device *buf_dev)
 {
     size_t offset = 0;
 
@@ -271,13 +294,14 @@ pd_status pd_stage_unpack_act(pd_stage *st, const void *buf, size_t bytes)
                         bytes, st->act_in_bytes);
     for (int i = 0; i < st->n_cut_in; i++) {
         pd_tensor *t = pd_graph_output(st->g, st->cut_in[i]);
-        PD_CHECK(pd_tensor_copy_from_host(t, (const char *)buf + offset, pd_tensor_nbytes(t)));
+        PD_CHECK(copy_message(t, t->data, (const char *)buf + offset, pd_tensor_nbytes(t), PD_COPY_HOST_TO_DEVICE,
+                              buf_dev));
         offset += pd_tensor_nbytes(t);
     }
-    return PD_OK;
+    return message_done(buf_dev);
 }
 
-pd_status pd_stage_unpack_grad(pd_stage *st, const void *buf, size_t bytes)
+pd_status pd_stage_unpack_grad(pd_stage *st, const void *buf, size_t bytes, pd_device *buf_dev)
 {
     size_t offset = 0;
 
@@ -286,10 +310,11 @@ pd_status pd_stage_unpack_grad(pd_stage *st, const void *buf, size_t bytes)
                         st->grad_in_bytes);
     for (int i = 0; i < st->n_seeds; i++) {
         pd_tensor *t = st->seeds[i];
-        PD_CHECK(pd_tensor_copy_from_host(t, (const char *)buf + offset, pd_tensor_nbytes(t)));
+        PD_CHECK(copy_message(t, t->data, (const char *)buf + offset, pd_tensor_nbytes(t), PD_COPY_HOST_TO_DEVICE,
+                              buf_dev));
         offset += pd_tensor_nbytes(t);
     }
-    return PD_OK;
+    return message_done(buf_dev);
 }
 
 pd_status pd_stage_stash_save(pd_stage *st, int64_t mb)
