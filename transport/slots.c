@@ -174,11 +174,27 @@ pd_status pd_tp_slots_check(const pd_channel_config *c)
 /* Bytes rounded up to the host page (what dmabuf and MR ranges need). */
 static size_t page_round(size_t bytes, size_t page) { return (bytes + page - 1) / page * page; }
 
+/* The host page size. */
+static size_t host_page(void)
+{
+    long sys_page = sysconf(_SC_PAGESIZE);
+
+    return sys_page > 0 ? (size_t)sys_page : PD_TP_PAGE;
+}
+
+pd_status pd_channel_device_alloc(struct pd_device *dev, size_t bytes, void **alloc, void **data)
+{
+    const size_t page = host_page();
+
+    PD_CHECK(dev->mem->alloc(dev, page_round(bytes, page) + 2 * page, alloc));
+    *data = (uint8_t *)page_round((uintptr_t)*alloc, page) + page;
+    return PD_OK;
+}
+
 pd_status pd_tp_slots_open(pd_channel *ch)
 {
     pd_device *dev = ch->config.device;
-    size_t depth = (size_t)ch->config.depth, bytes = depth * ch->config.slot_bytes, page;
-    long sys_page = sysconf(_SC_PAGESIZE);
+    size_t depth = (size_t)ch->config.depth, bytes = depth * ch->config.slot_bytes;
     void *p = NULL;
 
     ch->slot_path = on_device(ch) ? PD_SLOT_PATH_STAGED : PD_SLOT_PATH_HOST;
@@ -198,13 +214,10 @@ pd_status pd_tp_slots_open(pd_channel *ch)
         return PD_OK;
     }
     /* A direct path registers each slot as a region of its own: slots on
-     * page boundaries, the range padded by a page so that a dmabuf export
-     * (rounded out to pages) stays inside the allocation. */
-    page = sys_page > 0 ? (size_t)sys_page : PD_TP_PAGE;
-    ch->dev_stride = page_round(ch->config.slot_bytes, page);
-    PD_CHECK(dev->mem->alloc(dev, depth * ch->dev_stride + 2 * page, &p));
-    ch->dev_alloc = p;
-    ch->dev_slots = (uint8_t *)page_round((uintptr_t)p, page) + page;
+     * page boundaries, in memory a dmabuf export can take. */
+    ch->dev_stride = page_round(ch->config.slot_bytes, host_page());
+    PD_CHECK(pd_channel_device_alloc(dev, depth * ch->dev_stride, &ch->dev_alloc, &p));
+    ch->dev_slots = p;
     return PD_OK;
 }
 

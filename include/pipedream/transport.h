@@ -222,6 +222,12 @@ pd_status pd_channel_send_wait(pd_channel *ch, uint64_t seq, int timeout_ms);
  * (the cpu device: its sends are staged). */
 pd_status pd_channel_register(pd_channel *ch, const void *data, size_t bytes);
 
+/* Device memory for buffers to register (pd_channel_register): `bytes` of
+ * dev's memory at *data, on a host-page boundary and padded by a page on
+ * each side, so that a dmabuf export of it (rounded out to pages) stays
+ * inside the allocation. Free *alloc with dev->mem->free. */
+pd_status pd_channel_device_alloc(struct pd_device *dev, size_t bytes, void **alloc, void **data);
+
 /* Takes the next message if one has arrived (*ready true) without
  * blocking. The slot stays the caller's until pd_channel_release(). */
 pd_status pd_channel_recv(pd_channel *ch, pd_channel_msg *msg, bool *ready);

@@ -92,25 +92,21 @@ static size_t message_bytes(const pd_sched *s, int src, int dst, const size_t *c
     return a < b ? cut[a] : cut_grad[b];
 }
 
-/* The send buffers of c: host memory, or memory of b->channel_dev on page
- * boundaries, padded by a page so that a dmabuf export of them (rounded
- * out to pages) stays inside the allocation, as the transport's own device
- * slots are. */
+/* The send buffers of c: host memory, or memory of b->channel_dev that
+ * the transport's direct paths can register (pd_channel_device_alloc). */
 static pd_status alloc_buffers(pd_boot *b, pd_peer_channel *c)
 {
     pd_device *dev = b->channel_dev;
     const size_t bytes = c->slot_bytes * (size_t)b->depth;
-    const long sys_page = sysconf(_SC_PAGESIZE);
-    const size_t page = sys_page > 0 ? (size_t)sys_page : 4096;
-    const size_t padded = (bytes + page - 1) / page * page + 2 * page;
+    void *data;
 
     if (!dev) {
         if (!(c->buffers = malloc(bytes)))
             return PD_ERROR(PD_ENOMEM, "pipeline: out of host memory for send buffers to rank %d", c->peer);
         return PD_OK;
     }
-    PD_CHECK(dev->mem->alloc(dev, padded, &c->buffers_alloc));
-    c->buffers = (unsigned char *)(((uintptr_t)c->buffers_alloc + page - 1) / page * page + page);
+    PD_CHECK(pd_channel_device_alloc(dev, bytes, &c->buffers_alloc, &data));
+    c->buffers = data;
     return PD_OK;
 }
 
