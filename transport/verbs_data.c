@@ -258,13 +258,20 @@ pd_status pd_vb_flush_credit(pd_channel *ch, pd_vb_conn *c)
     return PD_OK;
 }
 
-/* Completions (*found counts them), then what they allow. */
+/* Completions, then what they allow; *found counts the completions and
+ * the message writes posted. */
 static pd_status work(pd_channel *ch, pd_vb_conn *c, int *found)
 {
+    uint64_t started = ch->started;
+
     PD_CHECK(poll_cq(ch, c, found));
     if (!c->hs_done || c->disconnected)
         return PD_OK;
-    return c->role == PD_TP_SENDER ? start_sends(ch, c) : pd_vb_flush_credit(ch, c);
+    if (c->role == PD_TP_RECEIVER)
+        return pd_vb_flush_credit(ch, c);
+    PD_CHECK(start_sends(ch, c));
+    *found += (int)(ch->started - started);
+    return PD_OK;
 }
 
 pd_status pd_vb_step(pd_channel *ch, pd_vb_conn *c)
@@ -273,9 +280,10 @@ pd_status pd_vb_step(pd_channel *ch, pd_vb_conn *c)
     bool comp_ready = false, cm_ready = false;
     int found = 0, n;
 
-    /* Busy: completions keep coming, the descriptors can wait until none
-     * does (an event raised meanwhile stays readable, so no sleep misses
-     * it, and no system call is spent per message). */
+    /* Busy (completions came or writes went out): the descriptors can
+     * wait until a step finds nothing to do. An event raised meanwhile
+     * stays readable, so no sleep misses it, and a sender that streams
+     * spends no system call per message beyond its post. */
     PD_CHECK(work(ch, c, &found));
     if (found)
         return PD_OK;
