@@ -3,7 +3,8 @@
 # unpacks it faster than a compressed one under TCG):
 #   vm-initramfs.sh BUILD_DIR KERNEL_DIR OUT.cpio
 # BUILD_DIR is a configured and built pipedream tree (its test_transport
-# and pipedream are copied with the shared libraries ldd names), KERNEL_DIR
+# and pipedream are copied with the shared libraries ldd names, and Open
+# MPI with them when pipedream links it), KERNEL_DIR
 # what vm-setup.sh prepared (<cache>/<kver>); the host supplies busybox
 # (static), iproute2's ip and rdma, and the rxe provider of libibverbs; the
 # cache supplies perftest's ib_write_bw.
@@ -61,10 +62,32 @@ cp "$IB_WRITE_BW" "$R/usr/bin/ib_write_bw"
 cp -L "$PROVIDER" "$R$LIBDIR/libibverbs/"
 cp /etc/libibverbs.d/rxe.driver "$R/etc/libibverbs.d/"
 
+# Open MPI, for a pipeline job in the guest, when pipedream links libmpi
+# and the host has Open MPI's launcher: its components are dlopen()ed, so
+# its whole library tree goes (static archives left out), with what every
+# component links, its help texts and its configuration.
+MPI_FILES=()
+if LD_LIBRARY_PATH="$B/src/.libs" ldd "$PIPEDREAM" | grep -q 'libmpi\.so' && [ -x /usr/bin/orterun ] &&
+    [ -d "$LIBDIR/openmpi/lib" ]; then
+    cp /usr/bin/orterun "$R/usr/bin/orterun"
+    ln -s orterun "$R/usr/bin/mpirun"
+    for d in openmpi pmix2; do
+        [ -d "$LIBDIR/$d" ] && cp -a "$LIBDIR/$d" "$R$LIBDIR/"
+    done
+    find "$R$LIBDIR" -name '*.a' -delete
+    mkdir -p "$R/usr/share"
+    cp -a /usr/share/openmpi "$R/usr/share/"
+    cp -a /etc/openmpi "$R/etc/"
+    mapfile -t MPI_FILES < <(find "$LIBDIR/openmpi" "$LIBDIR/pmix2" -name '*.so' -type f 2>/dev/null)
+    MPI_FILES+=(/usr/bin/orterun)
+else
+    echo "vm-initramfs: pipedream without MPI, or no Open MPI here: the guest runs no pipeline job" >&2
+fi
+
 # Shared libraries (libpipedream from the build tree); libgcc_s is
 # dlopen()ed by glibc for thread cancellation, so ldd does not list it.
 {
-    for f in "$TEST" "$GPUTEST" "$PIPEDREAM" "$IB_WRITE_BW" "$IP" "$RDMA" "$PROVIDER"; do
+    for f in "$TEST" "$GPUTEST" "$PIPEDREAM" "$IB_WRITE_BW" "$IP" "$RDMA" "$PROVIDER" "${MPI_FILES[@]}"; do
         LD_LIBRARY_PATH="$B/src/.libs" ldd "$f"
     done
     echo " libgcc_s.so.1 => $LIBDIR/libgcc_s.so.1"
