@@ -1,9 +1,11 @@
 /* `pipedream bench transport`: bandwidth and latency of a channel between
- * two ranks of this node (a forked pair; for mpi the two ranks of an MPI
- * job), like perftest's ib_write_bw and ib_send_lat, one line per message
- * size; each size is measured against its reference in the same run and
- * the ratio printed: shm against a single-thread memcpy, tcp against a
- * plain pair of loopback sockets, mpi against plain MPI_Send/MPI_Recv. */
+ * two ranks of this node (a forked pair), or between the two ranks of an
+ * MPI job (--backend mpi, or any backend when mpirun started this
+ * process), like perftest's ib_write_bw and ib_send_lat, one line per
+ * message size; each size is measured against its reference in the same
+ * run and the ratio printed: shm against a single-thread memcpy, tcp
+ * against a plain pair of loopback sockets, and between MPI ranks against
+ * plain MPI_Send/MPI_Recv. */
 #include "config.h"
 
 #include <arpa/inet.h>
@@ -66,20 +68,24 @@ static void usage(FILE *out)
 {
     fprintf(out,
             "Usage: pipedream bench transport --backend shm|tcp|verbs [--size BYTES] [--depth D]\n"
-            "       mpirun -np 2 pipedream bench transport --backend mpi [options]\n"
+            "       mpirun -np 2 pipedream bench transport --backend mpi|verbs|tcp|shm [options]\n"
             "                                 [--iters N] [--total-mb M] [--latency-iters N]\n"
             "\n"
             "Measures a channel between two ranks of this node (a forked pair): the\n"
             "bandwidth of a stream of messages (like ib_write_bw) and the half round trip\n"
             "of a ping-pong (like ib_send_lat), one line per message size. The same run\n"
             "measures the reference at each size and prints the ratio: shm against a\n"
-            "single-thread memcpy, tcp against a plain pair of loopback sockets, mpi\n"
-            "(run by mpirun with two ranks, on one node or two) against the same stream\n"
-            "of plain MPI_Send/MPI_Recv between the same ranks.\n"
+            "single-thread memcpy, tcp against a plain pair of loopback sockets.\n"
+            "Started by mpirun (or mpiexec) as two ranks, on one node or two, it\n"
+            "measures the channel between those ranks, over any backend (mpi needs\n"
+            "them), against the same stream of plain MPI_Send/MPI_Recv between the\n"
+            "same ranks: e.g. verbs between two nodes against the MPI library on the\n"
+            "same fabric.\n"
             "\n"
             "Options:\n"
-            "  --backend B     shm, tcp, verbs or mpi (required; verbs has no in-process\n"
-            "                  reference: compare with perftest's ib_write_bw)\n"
+            "  --backend B     shm, tcp, verbs or mpi (required; verbs in a forked pair\n"
+            "                  has no in-process reference: compare with perftest's\n"
+            "                  ib_write_bw)\n"
             "  --size BYTES    one message size, suffix K or M allowed; repeatable\n"
             "                  (default 64, 4K, 64K, 1M, 4M)\n"
             "  --depth D       receive slots of the channel (default 8)\n"
@@ -361,15 +367,32 @@ out:
 }
 
 #ifdef HAVE_MPI
-/* --backend mpi, under mpirun with two ranks: rank 0 measures and prints,
- * rank 1 is its peer; per size the channel's stream and ping-pong, then the
- * same stream as plain MPI_Send/MPI_Recv between the same ranks. */
+/* The size of the MPI job that mpirun or mpiexec started this process in
+ * (their per-rank variables: Open MPI's, and PMI's of MPICH's Hydra and of
+ * srun), 0 when none did. */
+static int launched_ranks(void)
+{
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"};
+
+    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
+        const char *v = getenv(vars[i]);
+        if (v)
+            return atoi(v);
+    }
+    return 0;
+}
+
+/* Between the two ranks of an MPI job, over a->backend: rank 0 measures
+ * and prints, rank 1 is its peer; per size the channel's stream and
+ * ping-pong, then the same stream as plain MPI_Send/MPI_Recv between the
+ * same ranks. */
 static int run_mpi(const bench_args *a)
 {
     pd_transport_token token = {{0}};
     pd_cli_link link = {0};
     int64_t max_size = 0;
-    int rank = 0, ranks = 0, ok, all_ok = 0, code = PD_CLI_FAILURE;
+    int rank = 0, ranks = 0, ok, all_ok = 0, code = PD_CLI_FAILURE, len = 0;
+    char hosts[2][MPI_MAX_PROCESSOR_NAME] = {{0}};
 
     if (MPI_Init(NULL, NULL) != MPI_SUCCESS) {
         pd_cli_error("bench transport: MPI_Init failed");
@@ -379,15 +402,18 @@ static int run_mpi(const bench_args *a)
     MPI_Comm_size(MPI_COMM_WORLD, &ranks);
     if (ranks != 2) {
         if (rank == 0)
-            pd_cli_error("bench transport: --backend mpi runs as two MPI ranks (mpirun -np 2), this job has %d", ranks);
+            pd_cli_error("bench transport: between MPI ranks it runs as two (mpirun -np 2), this job has %d", ranks);
         MPI_Finalize();
         return PD_CLI_USAGE;
     }
+    MPI_Get_processor_name(hosts[rank], &len);
+    MPI_Sendrecv(hosts[rank], MPI_MAX_PROCESSOR_NAME, MPI_CHAR, 1 - rank, 0, hosts[1 - rank],
+                 MPI_MAX_PROCESSOR_NAME, MPI_CHAR, 1 - rank, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     for (int k = 0; k < a->nsizes; k++)
         max_size = a->sizes[k] > max_size ? a->sizes[k] : max_size;
     ok = rank != 0 || pd_transport_token_generate(&token) == PD_OK;
     MPI_Bcast(token.bytes, (int)sizeof(token.bytes), MPI_BYTE, 0, MPI_COMM_WORLD);
-    ok = ok && pd_cli_link_open_mpi(&link, 1 - rank, rank == 0, "mpi", &token, max_size, a->depth) == PD_OK;
+    ok = ok && pd_cli_link_open_mpi(&link, 1 - rank, rank == 0, a->backend, &token, max_size, a->depth) == PD_OK;
     MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     if (!all_ok) {
         if (!ok)
@@ -395,9 +421,10 @@ static int run_mpi(const bench_args *a)
         goto out;
     }
     if (rank == 0) {
-        printf("# pipedream bench transport: backend %s, depth %lld, 2 MPI ranks; reference: plain "
-               "MPI_Send/MPI_Recv stream (target ratio >= 0.80 at 4 MiB)\n",
-               pd_channel_backend(link.rx), (long long)a->depth);
+        printf("# pipedream bench transport: backend %s, depth %lld, 2 MPI ranks (%s, %s); reference: plain "
+               "MPI_Send/MPI_Recv stream%s\n",
+               pd_channel_backend(link.rx), (long long)a->depth, hosts[0], hosts[1],
+               strcmp(a->backend, "mpi") == 0 ? " (target ratio >= 0.80 at 4 MiB)" : "");
         printf("# %10s %10s %12s %12s %12s %8s\n", "bytes", "iters", "MB/s", "lat_us", "ref_MB/s", "ratio");
     }
     for (int k = 0; k < a->nsizes; k++) {
@@ -453,7 +480,7 @@ int pd_cli_bench(int argc, char **argv)
     if (r > 0)
         return r;
 #ifdef HAVE_MPI
-    if (strcmp(a.backend, "mpi") == 0)
+    if (strcmp(a.backend, "mpi") == 0 || launched_ranks() > 1)
         return run_mpi(&a);
 #endif
     return run(&a);

@@ -220,6 +220,7 @@ pd_status pd_cli_link_open_mpi(pd_cli_link *link, int peer, bool measuring, cons
         s = PD_ERROR(PD_ENOMEM, "out of host memory for %lld bytes", (long long)max_size);
         goto fail;
     }
+    (void)pd_channel_register(link->tx, link->buf, (size_t)max_size); /* sent in place where the backend can (verbs) */
     return PD_OK;
 fail:
     pd_cli_link_close(link);

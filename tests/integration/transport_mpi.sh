@@ -5,7 +5,8 @@
 # test_transport over the mpi backend (rank 0 runs the cases, rank 1 their
 # peers), a peer that dies mid-stream (mpirun must end the job with a
 # non-zero status in time, not hang), `pipedream bench transport --backend
-# mpi` (a sound line per size beside plain MPI_Send/MPI_Recv) and
+# mpi` (a sound line per size beside plain MPI_Send/MPI_Recv; under mpirun
+# shm and tcp run between the two ranks too) and
 # `pipedream topo --mpi --measure` (the level measured between the two
 # ranks); and tests/unit/test_transport_gpu's mpi pairs with device
 # memory (the cpu device staged, forced onto the cuda-aware-mpi path at
@@ -97,7 +98,7 @@ echo "a peer killed: mpirun ended the job with status $status after $took s"
 run2 120 "$pd" bench transport --backend mpi --size 4K --size 4M --depth 4 --total-mb 32 >"$work/out" 2>"$work/err" ||
     { cat "$work/out" "$work/err"; fail "bench transport --backend mpi"; }
 cat "$work/out"
-grep -q "^# pipedream bench transport: backend mpi, depth 4, 2 MPI ranks; reference: plain MPI_Send/MPI_Recv" \
+grep -q "^# pipedream bench transport: backend mpi, depth 4, 2 MPI ranks (.*, .*); reference: plain MPI_Send/MPI_Recv" \
     "$work/out" || fail "bench --backend mpi: header line missing"
 for size in 4096 4194304; do
     awk -v s="$size" '$1 == s && NF == 6 && $3 > 0 && $4 > 0 && $5 > 0 && $6 > 0 { ok = 1 } END { exit !ok }' \
@@ -106,8 +107,20 @@ done
 [ "$(grep -c '^  ' "$work/out")" = 2 ] || fail "bench --backend mpi: more than one rank printed"
 status=0
 "$pd" bench transport --backend mpi >/dev/null 2>"$work/err" || status=$?
-[ "$status" -eq 2 ] && grep -q "two MPI ranks" "$work/err" ||
+[ "$status" -eq 2 ] && grep -q "runs as two (mpirun -np 2), this job has 1" "$work/err" ||
     fail "bench --backend mpi outside mpirun: exit $status, $(cat "$work/err")"
+# Started by mpirun, the other backends run between the two ranks as well
+# (the channel over shm or tcp, the reference plain MPI).
+for backend in shm tcp; do
+    run2 120 "$pd" bench transport --backend $backend --size 64K --depth 4 --total-mb 16 --latency-iters 50 \
+        >"$work/out" 2>"$work/err" || { cat "$work/out" "$work/err"; fail "mpirun: bench transport --backend $backend"; }
+    cat "$work/out"
+    grep -q "^# pipedream bench transport: backend $backend, depth 4, 2 MPI ranks (.*, .*); reference: plain MPI_Send/MPI_Recv stream\$" \
+        "$work/out" || fail "mpirun: bench --backend $backend: header line missing"
+    awk '$1 == 65536 && NF == 6 && $3 > 0 && $4 > 0 && $5 > 0 && $6 > 0 { ok = 1 } END { exit !ok }' "$work/out" ||
+        fail "mpirun: bench --backend $backend: no sound line"
+    [ "$(grep -c '^  ' "$work/out")" = 1 ] || fail "mpirun: bench --backend $backend: more than one rank printed"
+done
 
 # topo --mpi --measure: the innermost level between the two ranks.
 run2 120 "$pd" topo --mpi --measure >"$work/out" 2>"$work/err" ||

@@ -5,7 +5,8 @@
 # real rdmacm reject falling back to tcp), test_transport_gpu (the peermem
 # path), a 2-rank pipeline job over verbs under mpirun, in host memory and
 # in device memory on the peermem path (its losses equal to the same job's
-# over tcp; with an MPI build), and `pipedream bench transport --backend
+# over tcp; with an MPI build, which also runs the benchmark over verbs
+# between the two ranks of mpirun), and `pipedream bench transport --backend
 # verbs` against perftest's ib_write_bw (tests/rdma/ has the scripts and
 # says how). The kernel and perftest come from Debian's archive with
 # apt-get download into a cache outside the build ($PD_RDMA_VM_CACHE,
@@ -91,6 +92,14 @@ elif grep -q 'no mpirun in the initramfs' "$work/vm.log"; then
 elif grep -q '^#define HAVE_MPI 1' "$top_builddir/config.h" && ! grep -q 'pdvm.pipeline=0' <<<"${PD_VM_ARGS:-}"; then
     echo "FAIL: the pipeline job over verbs did not run or did not match tcp's"
     grep -E 'STEP pipeline_|pipeline over verbs' "$work/vm.log"
+    status=1
+fi
+# The benchmark over verbs between the two ranks of mpirun.
+if grep -q '^PDVM mpirun bench: ' "$work/vm.log"; then
+    echo "# mpirun -np 2 pipedream bench transport --backend verbs: $(grep -m1 '^PDVM mpirun bench: ' "$work/vm.log" | sed 's/^PDVM mpirun bench: //') (bytes iters MB/s lat_us MPI_MB/s ratio)"
+elif grep -q '^PDVM pipeline: ' "$work/vm.log"; then
+    echo "FAIL: mpirun -np 2 pipedream bench transport --backend verbs did not run or printed no sound line"
+    grep -E 'STEP bench_mpirun|bench transport --backend verbs' "$work/vm.log"
     status=1
 fi
 echo "# host load before and after the VM: $load0 / $(cut -d' ' -f1-3 /proc/loadavg)"
