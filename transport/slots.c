@@ -356,9 +356,7 @@ void pd_tp_slots_ipc_refused(pd_channel *ch, const char *reason)
  * the channel knew its path). */
 static bool in_staging(const pd_channel *ch, const void *p)
 {
-    uintptr_t a = (uintptr_t)p, s = (uintptr_t)ch->staging;
-
-    return ch->staging && a >= s && a - s < (size_t)ch->config.depth * ch->config.slot_bytes;
+    return ch->staging && pd_tp_span_within(p, 1, ch->staging, (size_t)ch->config.depth * ch->config.slot_bytes);
 }
 
 pd_status pd_tp_slots_ipc_write(pd_channel *ch, uint64_t seq, const void *data, size_t bytes)
@@ -431,12 +429,10 @@ void pd_tp_slots_region_path(pd_channel *ch, int i, pd_slot_path path)
 /* The direct region holding all of [data, data + bytes), if any. */
 static bool in_direct_region(const pd_channel *ch, const void *data, size_t bytes)
 {
-    uintptr_t a = (uintptr_t)data;
-
     for (int i = 0; i < ch->nregions; i++) {
         const pd_tp_region *r = &ch->regions[i];
-        if ((r->path == PD_SLOT_PATH_DMABUF || r->path == PD_SLOT_PATH_PEERMEM) && a >= (uintptr_t)r->data &&
-            bytes <= r->bytes && a - (uintptr_t)r->data <= r->bytes - bytes)
+        if ((r->path == PD_SLOT_PATH_DMABUF || r->path == PD_SLOT_PATH_PEERMEM) &&
+            pd_tp_span_within(data, bytes, r->data, r->bytes))
             return true;
     }
     return false;

@@ -339,6 +339,15 @@ int pd_tp_setup_left_ms(const pd_channel *ch);
 /* Nanoseconds on the monotonic clock. */
 int64_t pd_tp_now_ns(void);
 
+/* Whether [p, p + bytes) lies wholly inside [base, base + size) (no
+ * overflow for any values). */
+static inline bool pd_tp_span_within(const void *p, size_t bytes, const void *base, size_t size)
+{
+    uintptr_t a = (uintptr_t)p, b = (uintptr_t)base;
+
+    return a >= b && bytes <= size && a - b <= size - bytes;
+}
+
 /* Sender: the next posted send that has a credit and has not started, or
  * NULL. The caller starts it and increments ch->started (ch->done when
  * its buffer is no longer needed). */

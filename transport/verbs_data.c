@@ -156,11 +156,9 @@ static void register_regions(pd_channel *ch, pd_vb_conn *c)
 /* The registered region holding the whole payload, or NULL. */
 static const struct ibv_mr *region_of(const pd_vb_conn *c, const pd_tp_send *q)
 {
-    uintptr_t a = (uintptr_t)q->data;
-
     for (int i = 0; i < c->region_mrs; i++) {
         const struct ibv_mr *mr = c->region_mr[i];
-        if (mr && a >= (uintptr_t)mr->addr && q->bytes <= mr->length && a - (uintptr_t)mr->addr <= mr->length - q->bytes)
+        if (mr && pd_tp_span_within(q->data, q->bytes, mr->addr, mr->length))
             return mr;
     }
     return NULL;
