@@ -15,6 +15,16 @@
 
 _Static_assert(sizeof(cudaIpcMemHandle_t) == PD_DEVICE_IPC_HANDLE_BYTES, "a CUDA IPC handle is 64 bytes");
 
+/* "<dev>: <call> failed: <CUDA's message> (<name>)": PD_ENOTSUP where the
+ * device or platform has no CUDA IPC, else PD_EDEVICE; the runtime's last
+ * error is cleared. */
+static pd_status ipc_failure(const pd_device *dev, const char *call, cudaError_t err)
+{
+    (void)cudaGetLastError();
+    return PD_ERROR(err == cudaErrorNotSupported ? PD_ENOTSUP : PD_EDEVICE, "%s: %s failed: %s (%s)", dev->name, call,
+                    cudaGetErrorString(err), cudaGetErrorName(err));
+}
+
 pd_status pd_cuda_ipc_export(pd_device *dev, void *ptr, uint8_t handle[PD_DEVICE_IPC_HANDLE_BYTES])
 {
     cudaIpcMemHandle_t h;
@@ -25,12 +35,8 @@ pd_status pd_cuda_ipc_export(pd_device *dev, void *ptr, uint8_t handle[PD_DEVICE
         return PD_ERROR(PD_EINVAL, "%s: ipc_export of a NULL block", dev->name);
     PD_CHECK(pd_cuda_enter(dev, &st));
     err = cudaIpcGetMemHandle(&h, ptr);
-    if (err != cudaSuccess) {
-        (void)cudaGetLastError();
-        return PD_ERROR(err == cudaErrorNotSupported ? PD_ENOTSUP : PD_EDEVICE,
-                        "%s: cudaIpcGetMemHandle failed: %s (%s)", dev->name, cudaGetErrorString(err),
-                        cudaGetErrorName(err));
-    }
+    if (err != cudaSuccess)
+        return ipc_failure(dev, "cudaIpcGetMemHandle", err);
     memcpy(handle, &h, sizeof(h));
     return PD_OK;
 }
@@ -47,12 +53,8 @@ pd_status pd_cuda_ipc_open(pd_device *dev, const uint8_t handle[PD_DEVICE_IPC_HA
     /* The only flag the runtime accepts: peer access between two GPUs is
      * enabled as the mapping needs it (slots on another GPU of the node). */
     err = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
-    if (err != cudaSuccess) {
-        (void)cudaGetLastError();
-        return PD_ERROR(err == cudaErrorNotSupported ? PD_ENOTSUP : PD_EDEVICE,
-                        "%s: cudaIpcOpenMemHandle failed: %s (%s)", dev->name, cudaGetErrorString(err),
-                        cudaGetErrorName(err));
-    }
+    if (err != cudaSuccess)
+        return ipc_failure(dev, "cudaIpcOpenMemHandle", err);
     *ptr = p;
     return PD_OK;
 }
