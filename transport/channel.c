@@ -4,6 +4,7 @@
 #include "config.h"
 
 #include <limits.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -143,6 +144,8 @@ static pd_status parse_preference(const pd_channel_config *config, const pd_tp_b
 
 static pd_status check_config(const pd_channel_config *c)
 {
+    int spin_us;
+
     if (!c || !c->token)
         return PD_ERROR(PD_EINVAL, "channel: a job token is required");
     if (c->depth < 1 || c->depth > PD_TP_MAX_DEPTH)
@@ -151,6 +154,7 @@ static pd_status check_config(const pd_channel_config *c)
     if (c->slot_bytes < 1 || c->slot_bytes > PD_TP_MAX_SLOT_BYTES)
         return PD_ERROR(PD_EINVAL, "channel %u: slot_bytes %zu is out of range [1, 4 GiB]", c->channel_id,
                         c->slot_bytes);
+    PD_CHECK(pd_tp_spin_cap_us(c, &spin_us));
     return pd_tp_slots_check(c);
 }
 
@@ -159,8 +163,10 @@ static pd_status channel_new(const pd_channel_config *config, pd_tp_role role, p
     pd_channel *ch;
     pd_status s;
     size_t need = sizeof(pd_tp_header) + config->slot_bytes;
+    int spin_us;
 
     PD_CHECK(check_config(config));
+    PD_CHECK(pd_tp_spin_cap_us(config, &spin_us));
     ch = calloc(1, sizeof(*ch));
     if (!ch)
         return PD_ERROR(PD_ENOMEM, "channel %u: out of host memory", config->channel_id);
@@ -174,6 +180,8 @@ static pd_status channel_new(const pd_channel_config *config, pd_tp_role role, p
     if (ch->config.timeout_ms <= 0)
         ch->config.timeout_ms = DEFAULT_TIMEOUT_MS;
     ch->setup_deadline_ns = pd_tp_now_ns() + (int64_t)ch->config.timeout_ms * 1000000;
+    ch->config.spin_us = spin_us;
+    pd_tp_spin_init(&ch->spin, spin_us);
     ch->ring_fd = -1;
     /* Big slots start on a page (fast copies, DMA); small ones on a line. */
     ch->stride = need >= PD_TP_PAGE ? (need + PD_TP_PAGE - 1) / PD_TP_PAGE * PD_TP_PAGE : (need + 63) / 64 * 64;
@@ -286,6 +294,16 @@ fail:
 const char *pd_channel_address(const pd_channel *ch) { return ch->address; }
 
 const char *pd_channel_backend(const pd_channel *ch) { return ch->backend ? ch->backend->name : "none"; }
+
+int pd_channel_spin_us(pd_channel *ch)
+{
+    int us;
+
+    pthread_mutex_lock(&ch->lock);
+    us = ch->backend && ch->ops.poll && ch->config.spin_us > 0 ? ch->config.spin_us : 0;
+    pthread_mutex_unlock(&ch->lock);
+    return us;
+}
 
 pd_slot_path pd_channel_slot_path(pd_channel *ch)
 {
@@ -418,6 +436,10 @@ void pd_channel_close(pd_channel *ch)
         return;
     if (ch->set)
         pd_tp_set_forget(ch->set, ch);
+    if (ch->spin.spins)
+        PD_LOG_DEBUGF("channel %u: %llu blocking waits spun, %llu of them until done; %u seconds without "
+                      "spinning (a shared core)", ch->config.channel_id, (unsigned long long)ch->spin.spins,
+                      (unsigned long long)ch->spin.hits, ch->spin.quiets);
     if (ch->backend)
         ch->ops.close(ch);
     for (int i = 0; i < ch->listener_count; i++) {
@@ -582,16 +604,58 @@ pd_status pd_channel_wait_connected(pd_channel *const *chs, int n, int timeout_m
     }
 }
 
+/* Polls the backend (lock released between looks, a yield each, so that
+ * a peer on the same core runs) until done(ch, arg), the peer left,
+ * `until`, or the spin state finds this thread's core shared. Nothing is
+ * armed for a sleep: a stream's messages raise no wake-ups while this end
+ * keeps up. */
+static pd_status spin(pd_channel *ch, bool (*done)(pd_channel *, uint64_t), uint64_t arg, int64_t until)
+{
+    int64_t last = pd_tp_now_ns();
+
+    if (!ch->ops.poll || !ch->ready || ch->failure != PD_OK)
+        return PD_OK;
+    for (;;) {
+        pd_status s = ch->ops.poll(ch);
+        int64_t now;
+
+        if (s != PD_OK)
+            return pd_tp_fail(ch, s);
+        if (done(ch, arg) || ch->peer_closed || pd_tp_now_ns() >= until)
+            return PD_OK;
+        pthread_mutex_unlock(&ch->lock);
+        sched_yield();
+        pthread_mutex_lock(&ch->lock);
+        if (ch->failure != PD_OK)
+            return failed(ch);
+        now = pd_tp_now_ns();
+        if (!pd_tp_spin_account(&ch->spin, now - last, now))
+            return PD_OK; /* the core is shared: sleep instead */
+        last = now;
+    }
+}
+
 /* Progresses and sleeps until done(ch, arg) holds; PD_ETIMEOUT after
- * timeout_ms, PD_ECOMM if the peer went away while waiting. */
+ * timeout_ms, PD_ECOMM if the peer went away while waiting. While the
+ * channel streams, spins first (spin.c). */
 static pd_status wait_for(pd_channel *ch, bool (*done)(pd_channel *, uint64_t), uint64_t arg, int timeout_ms,
                           const char *what)
 {
-    int64_t deadline;
+    int64_t start = pd_tp_now_ns(), deadline, until = pd_tp_spin_until(&ch->spin, start);
 
     if (timeout_ms < 0)
         timeout_ms = ch->config.timeout_ms;
-    deadline = pd_tp_now_ns() + (int64_t)timeout_ms * 1000000;
+    deadline = start + (int64_t)timeout_ms * 1000000;
+    if (until > deadline)
+        until = deadline;
+    if (until) {
+        ch->spin.spins++;
+        PD_CHECK(spin(ch, done, arg, until));
+        if (done(ch, arg)) {
+            ch->spin.hits++;
+            return PD_OK;
+        }
+    }
     for (;;) {
         int64_t left;
 
@@ -680,6 +744,8 @@ pd_status pd_channel_send_wait(pd_channel *ch, uint64_t seq, int timeout_ms)
                      (unsigned long long)seq);
     else
         s = wait_for(ch, send_is_done, seq, timeout_ms, "credit for a posted send");
+    if (s == PD_OK)
+        pd_tp_spin_note(&ch->spin, pd_tp_now_ns());
     pthread_mutex_unlock(&ch->lock);
     return s;
 }
@@ -757,6 +823,8 @@ pd_status pd_channel_recv_wait(pd_channel *ch, pd_channel_msg *msg, int timeout_
         s = PD_ERROR(PD_ESTATE, "channel %u: receive on the sending end", ch->config.channel_id);
     } else {
         s = message_waiting(ch, 0) ? PD_OK : wait_for(ch, message_waiting, 0, timeout_ms, "message");
+        if (s == PD_OK)
+            pd_tp_spin_note(&ch->spin, pd_tp_now_ns());
         if (s == PD_OK)
             s = take(ch, msg);
     }

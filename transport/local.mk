@@ -11,6 +11,7 @@ transport_libpd_transport_la_SOURCES = \
 	transport/shm.c \
 	transport/tcp.c \
 	transport/set.c \
+	transport/spin.c \
 	transport/slots.c
 # MPI_Isend/MPI_Irecv between ranks of one job.
 if HAVE_MPI

@@ -272,12 +272,15 @@ static void publish(pd_channel *ch, shm_state *st)
         wake(st->peer_efd);
 }
 
-static pd_status sender_progress(pd_channel *ch, shm_state *st)
+/* Sender: takes credits, writes what they allow; *moved if either. */
+static pd_status sender_move(pd_channel *ch, shm_state *st, bool *moved)
 {
     uint64_t released = atomic_load_explicit(&ch->ctl->released, memory_order_acquire);
     uint64_t first = ch->started;
     pd_tp_send *q;
-    bool moved = released != ch->peer_released, ipc = ch->ipc_slots != NULL;
+    bool ipc = ch->ipc_slots != NULL;
+
+    *moved = released != ch->peer_released;
 
     PD_CHECK(pd_tp_credit_update(ch, released));
     atomic_store_explicit(&st->seen, released, memory_order_relaxed);
@@ -293,7 +296,7 @@ static pd_status sender_progress(pd_channel *ch, shm_state *st)
         ch->started++;
         if (!ipc)
             publish(ch, st);
-        moved = true;
+        *moved = true;
     }
     /* The receiver must not read a device slot before its copy completed:
      * one wait for all the copies of this step, then they are published. */
@@ -301,10 +304,11 @@ static pd_status sender_progress(pd_channel *ch, shm_state *st)
         PD_CHECK(pd_tp_slots_ipc_sync(ch));
         publish(ch, st);
     }
-    return moved ? PD_OK : check_socket(ch, st);
+    return PD_OK;
 }
 
-static pd_status receiver_progress(pd_channel *ch, shm_state *st)
+/* Receiver: checks and accepts what was published; *moved if anything. */
+static pd_status receiver_move(pd_channel *ch, shm_state *st, bool *moved)
 {
     uint64_t posted = atomic_load_explicit(&ch->ctl->posted, memory_order_acquire);
     uint64_t depth = (uint64_t)ch->config.depth;
@@ -313,8 +317,7 @@ static pd_status receiver_progress(pd_channel *ch, shm_state *st)
         return PD_ERROR(PD_ECOMM, "channel %u: shm: the sender claims %llu messages; %llu arrived, %llu slots free",
                         ch->config.channel_id, (unsigned long long)posted, (unsigned long long)ch->arrived,
                         (unsigned long long)(ch->released + depth - ch->arrived));
-    if (posted == ch->arrived)
-        return check_socket(ch, st);
+    *moved = posted != ch->arrived;
     while (ch->arrived < posted) {
         pd_tp_header h;
 
@@ -327,14 +330,30 @@ static pd_status receiver_progress(pd_channel *ch, shm_state *st)
     return PD_OK;
 }
 
+static pd_status move(pd_channel *ch, shm_state *st, bool *moved)
+{
+    return ch->role == PD_TP_SENDER ? sender_move(ch, st, moved) : receiver_move(ch, st, moved);
+}
+
+/* A step that moved nothing looks at the socket (the peer may be gone). */
 static pd_status shm_progress(pd_channel *ch)
 {
     shm_state *st = ch->be;
+    bool moved;
 
     PD_CHECK(pd_tp_sock_handshake(ch, &shm_sock_ops));
     if (!ch->ready)
         return PD_OK;
-    return ch->role == PD_TP_SENDER ? sender_progress(ch, st) : receiver_progress(ch, st);
+    PD_CHECK(move(ch, st, &moved));
+    return moved ? PD_OK : check_socket(ch, st);
+}
+
+/* A spinning wait's look: the ring's counters only (no system call). */
+static pd_status shm_poll(pd_channel *ch)
+{
+    bool moved;
+
+    return move(ch, ch->be, &moved);
 }
 
 static pd_status shm_give_credit(pd_channel *ch)
@@ -431,6 +450,7 @@ static const pd_tp_ops shm_ops = {
     .fd = shm_fd,
     .wait_arm = shm_wait_arm,
     .wait_disarm = shm_wait_disarm,
+    .poll = shm_poll,
 };
 
 const pd_tp_backend pd_tp_backend_shm = {"shm", &shm_ops};

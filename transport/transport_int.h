@@ -106,7 +106,22 @@ struct pd_tp_ops {
     int (*wait_arm)(pd_channel *ch, struct pollfd *fds, int *poll_ms);
     /* Both: withdraw what wait_arm announced. */
     void (*wait_disarm)(pd_channel *ch);
+    /* Both, optional (NULL: waits sleep at once): progress that is cheap
+     * to repeat while a blocking wait spins (spin.c): no sleep announced,
+     * no completion queue armed, no system call but those that move data. */
+    pd_status (*poll)(pd_channel *ch);
 };
+
+/* Spin-then-sleep state of a channel's blocking waits (spin.c). */
+typedef struct pd_tp_spin {
+    int64_t cap_ns;  /* longest spin; 0: never */
+    int64_t last_ns; /* when the last blocking wait ended (0: none yet) */
+    int64_t gap_ns;  /* smoothed interval between their ends, -1 before two */
+    int64_t spun_ns, lost_ns; /* this window: time spinning, and in preemptions within it */
+    int64_t quiet_until;      /* no spinning before this (the core was found shared) */
+    unsigned quiets;          /* how often that happened */
+    uint64_t spins, hits;     /* waits that spun; those that the spin ended */
+} pd_tp_spin;
 
 typedef enum { PD_TP_SENDER = 0, PD_TP_RECEIVER = 1 } pd_tp_role;
 
@@ -181,6 +196,8 @@ struct pd_channel {
     uint8_t *ipc_slots;  /* sender: the receiver's device slot 0 in that mapping */
     size_t ipc_stride;   /* sender: bytes between the receiver's device slots */
     bool dev_slots_kept; /* receiver: a sender may still map the slots: not freed at close */
+
+    pd_tp_spin spin; /* blocking waits: spin or sleep (spin.c) */
 };
 
 /* The default table: every entry fails with PD_ENOTSUP naming itself. */
@@ -338,6 +355,30 @@ int pd_tp_setup_left_ms(const pd_channel *ch);
 
 /* Nanoseconds on the monotonic clock. */
 int64_t pd_tp_now_ns(void);
+
+/* The spin cap of config in microseconds (-1: never): config->spin_us,
+ * else $PD_TRANSPORT_SPIN_US, else 2000. PD_EINVAL names a bad value. */
+pd_status pd_tp_spin_cap_us(const pd_channel_config *config, int *us);
+
+/* Starts the spin state of a channel with a cap of cap_us (<= 0: never). */
+void pd_tp_spin_init(pd_tp_spin *sp, int cap_us);
+
+/* Until when a blocking wait starting at `now` polls before it sleeps:
+ * now + min(cap, twice the smoothed interval between the ends of blocking
+ * waits) while that interval is within the cap; 0 (sleep at once)
+ * otherwise, before two waits ended, and while a shared core was found
+ * (pd_tp_spin_account). */
+int64_t pd_tp_spin_until(const pd_tp_spin *sp, int64_t now);
+
+/* Records that a blocking wait ended at `now`. */
+void pd_tp_spin_note(pd_tp_spin *sp, int64_t now);
+
+/* Accounts dt_ns between two looks of a spin ending at `now`: a gap over
+ * 50 us is a preemption. Once 100 ms were spun, if preemptions took over a
+ * quarter of them the thread shares its core (with the peer, or, in a VM,
+ * the host's other work) and its spinning slows whoever runs there: no
+ * spinning for the next second. False when spinning must stop now. */
+bool pd_tp_spin_account(pd_tp_spin *sp, int64_t dt_ns, int64_t now);
 
 /* Whether [p, p + bytes) lies wholly inside [base, base + size) (no
  * overflow for any values). */

@@ -1,6 +1,6 @@
 /* The default backend table: every entry reports PD_ENOTSUP naming itself,
  * and pd_tp_ops_overlay() lays a backend over it, so callers never test
- * for NULL. */
+ * for NULL (but for the optional poll). */
 #include "config.h"
 
 #include "transport/transport_int.h"
@@ -54,4 +54,5 @@ void pd_tp_ops_overlay(pd_tp_ops *table, const pd_tp_ops *backend)
     OVERLAY(fd);
     OVERLAY(wait_arm);
     OVERLAY(wait_disarm);
+    table->poll = backend ? backend->poll : NULL; /* optional: no spinning without it */
 }

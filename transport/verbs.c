@@ -449,6 +449,8 @@ pd_status pd_vb_on_ctl(pd_channel *ch, pd_vb_conn *c, size_t bytes)
 
 static pd_status vb_progress(pd_channel *ch) { return pd_vb_step(ch, ch->be); }
 
+static pd_status vb_poll(pd_channel *ch) { return pd_vb_poll(ch, ch->be); }
+
 static pd_status vb_give_credit(pd_channel *ch) { return pd_vb_flush_credit(ch, ch->be); }
 
 static pd_status vb_wait(pd_channel *ch, int timeout_ms)
@@ -504,6 +506,7 @@ static const pd_tp_ops verbs_ops = {
     .close = vb_close,
     .fd = vb_fd,
     .wait_arm = vb_wait_arm,
+    .poll = vb_poll,
 };
 
 const pd_tp_backend pd_tp_backend_verbs = {"verbs", &verbs_ops};

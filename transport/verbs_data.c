@@ -3,9 +3,11 @@
  * its registered staging slot, the payload in place from a registered
  * region or copied behind the header); the receiver's completion names slot
  * and sequence, the header is checked in place before the message counts
- * as arrived; released slots go back as credit writes. No thread spins:
- * a step leaves the completion queue armed, and the completion channel and
- * the cm's descriptor (one epoll set) wake a sleeper. */
+ * as arrived; released slots go back as credit writes. A step that finds
+ * nothing to do leaves the completion queue armed, and the completion
+ * channel and the cm's descriptor (one epoll set) wake a sleeper; a
+ * blocking wait of a streaming channel polls first (pd_vb_poll), arming
+ * nothing, so a stream's completions raise no events. */
 #include "config.h"
 
 #include <arpa/inet.h>
@@ -270,6 +272,13 @@ static pd_status work(pd_channel *ch, pd_vb_conn *c, int *found)
     PD_CHECK(start_sends(ch, c));
     *found += (int)(ch->started - started);
     return PD_OK;
+}
+
+pd_status pd_vb_poll(pd_channel *ch, pd_vb_conn *c)
+{
+    int found = 0;
+
+    return work(ch, c, &found);
 }
 
 pd_status pd_vb_step(pd_channel *ch, pd_vb_conn *c)

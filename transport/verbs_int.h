@@ -188,6 +188,10 @@ pd_slot_path pd_vb_reg_device(pd_channel *ch, pd_vb_conn *c, void *base, size_t 
  * re-arms the completion queue. Drives the handshake until c->hs_done. */
 pd_status pd_vb_step(pd_channel *ch, pd_vb_conn *c);
 
+/* The part of a step that a spinning wait repeats: work completions, then
+ * sends or credits; no event read, nothing armed. */
+pd_status pd_vb_poll(pd_channel *ch, pd_vb_conn *c);
+
 /* In verbs.c: the connection's cm events (the sender's handshake, the
  * peer's disconnect) and a control message arrived in ctl[0]. */
 pd_status pd_vb_cm_events(pd_channel *ch, pd_vb_conn *c);

@@ -31,9 +31,11 @@
  *
  * Threads: every call locks the channel, so a compute thread may post sends
  * and take received slots while another thread drives progress; calls never
- * block except the *_wait ones, which sleep (no busy spinning) until the
- * peer acts, the peer dies or the timeout passes. One thread serves many
- * channels through a pd_channel_set (below). */
+ * block except the *_wait ones, which sleep until the peer acts, the peer
+ * dies or the timeout passes; while messages stream they poll first, for
+ * a bounded time (config.spin_us), so that a stream's messages cost no
+ * wake-up each; an idle channel's waits sleep at once. One thread serves
+ * many channels through a pd_channel_set (below), which never spins. */
 #ifndef PIPEDREAM_TRANSPORT_H
 #define PIPEDREAM_TRANSPORT_H
 
@@ -133,6 +135,9 @@ typedef struct pd_channel_config {
     const char *backends;             /* comma-separated preference, NULL for the default */
     const char *host;                 /* receiver, tcp: address to bind and advertise (NULL: this host's first non-loopback IPv4, else 127.0.0.1) */
     int timeout_ms;                   /* set-up deadline and peer-liveness bound; <= 0 means 10000 */
+    int spin_us;                      /* while messages stream (blocking waits end less than this apart), a
+                                       * blocking wait polls up to this long before it sleeps (verbs, shm);
+                                       * 0: $PD_TRANSPORT_SPIN_US, else 2000; < 0: always sleep at once */
 } pd_channel_config;
 
 /* A received message: valid from pd_channel_recv() until its release. */
@@ -173,6 +178,12 @@ void pd_channel_close(pd_channel *ch);
 /* The backend in use ("shm", "tcp", ...), or "none" before connecting. A
  * sender's may change until it is connected (falling back). */
 const char *pd_channel_backend(const pd_channel *ch);
+
+/* The longest a blocking wait of the connected channel polls before it
+ * sleeps while messages stream (config.spin_us resolved), in us; 0 when
+ * its waits sleep at once (spinning off, or a backend without a cheap
+ * poll: tcp, mpi). */
+int pd_channel_spin_us(pd_channel *ch);
 
 /* How this end reaches its memory (config.memory): PD_SLOT_PATH_HOST for
  * host memory; for device memory the path its backend took once

@@ -6,7 +6,8 @@
  * mid-transfer (both directions; not under MPI, where mpirun ends the job:
  * --peer-killed checks that), backend choice, and channel sets (one
  * receiver with three senders, a waiter woken by any of them and not
- * spinning, timeouts and wake-ups, a sender woken by credits); the
+ * spinning, timeouts and wake-ups, a sender woken by credits), a stream's
+ * waits spinning instead of sleeping (not over a pause), the spin state; the
  * fall-back from a backend that fails to the next one (run once, mixing
  * backends: verbs that cannot listen or connect, shm unreachable or hung
  * up mid-handshake, a stray connection, the token on the backend fallen
@@ -80,6 +81,20 @@ static int64_t now_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* This process's CPU time, ms. Under an emulator, where every system call
+ * costs many times more, $PD_TEST_CPU_SLOWDOWN (the verbs VM sets 3) scales
+ * it back, so the tests' bounds still tell sleeping from spinning there. */
+static double cpu_ms(void)
+{
+    struct rusage ru;
+    const char *slowdown = getenv("PD_TEST_CPU_SLOWDOWN");
+    double factor = slowdown && atof(slowdown) >= 1 ? atof(slowdown) : 1;
+
+    getrusage(RUSAGE_SELF, &ru);
+    return ((double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e3 +
+            (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e3) / factor;
 }
 
 static uint8_t pattern(uint64_t seq, size_t i) { return (uint8_t)(seq * 131 + i * 7 + (i >> 9)); }
@@ -331,6 +346,179 @@ static void test_timeouts(void **state)
     pd_channel_close(rx);
 }
 
+/* ---- spin, then sleep ---- */
+
+#define STREAM_N 200
+
+/* Sends `count` messages about 300 us apart, each once the last one is
+ * done, then one more after a pause of 300 ms. */
+static void stream_child(const char *address, long count)
+{
+    pd_channel_config c = config(4, 64);
+    pd_channel *tx = child_connect(address, &c);
+    static uint8_t b[64];
+    uint64_t seq;
+
+    for (long i = 0; i <= count; i++) {
+        pd_msg_tag tag = {.minibatch = (uint64_t)i, .kind = PD_MSG_ACTIVATION};
+
+        usleep(i == count ? 300000 : 300);
+        CHILD_CHECK(pd_channel_send(tx, b, sizeof(b), &tag, &seq) == PD_OK);
+        CHILD_CHECK(pd_channel_send_wait(tx, seq, -1) == PD_OK);
+    }
+    pd_channel_close(tx);
+}
+
+static long sleeps(void)
+{
+    struct rusage ru;
+
+    getrusage(RUSAGE_THREAD, &ru);
+    return ru.ru_nvcsw;
+}
+
+/* Receives stream_child's messages with a spin cap of spin_us: how often
+ * the stream's waits slept (voluntary context switches); *idle_cpu: the
+ * CPU milliseconds of the wait over the pause; *quiets: the seconds the
+ * channel did not spin because its core was shared. */
+static long receive_stream(int spin_us, double *idle_cpu, unsigned *quiets)
+{
+    pd_channel_config c = config(4, 64);
+    pd_channel *rx;
+    pd_channel_msg m;
+    long slept;
+
+    c.spin_us = spin_us;
+    pid_t pid = start(&c, stream_child, STREAM_N, &rx, true);
+    slept = sleeps();
+    for (uint64_t i = 0; i < STREAM_N; i++) {
+        assert_int_equal(pd_channel_recv_wait(rx, &m, -1), PD_OK);
+        assert_int_equal(m.tag.minibatch, i);
+        assert_int_equal(pd_channel_release(rx, &m), PD_OK);
+    }
+    slept = sleeps() - slept;
+    double cpu0 = cpu_ms();
+    int64_t t0 = now_ms();
+    assert_int_equal(pd_channel_recv_wait(rx, &m, -1), PD_OK);
+    assert_int_equal(m.tag.minibatch, STREAM_N);
+    *idle_cpu = cpu_ms() - cpu0;
+    assert_true(now_ms() - t0 >= 200);
+    assert_int_equal(pd_channel_release(rx, &m), PD_OK);
+    *quiets = rx->spin.quiets;
+    finish(pid);
+    pd_channel_close(rx);
+    return slept;
+}
+
+/* While messages stream, a backend that can poll (shm, verbs) spins
+ * through the gaps instead of sleeping per message; with spinning off, or
+ * on a backend without a poll (tcp), each wait sleeps. A wait over a
+ * pause spins at most twice the stream's interval, then sleeps. On a
+ * machine so loaded that the spinner lost its core, it rightly sleeps
+ * instead (said, and then the count is not checked). */
+static void test_streaming_spins(void **state)
+{
+    double idle_on, idle_off;
+    unsigned quiets, unused;
+    bool polls;
+
+    /* The cap is generous (20 ms) so that a slow machine's gaps stay
+     * under it; the default is 2 ms. */
+    long on = receive_stream(20000, &idle_on, &quiets);
+    long off = receive_stream(-1, &idle_off, &unused);
+    polls = strcmp(backend, "tcp") != 0;
+    print_message("# %s: %ld sleeps with spinning (%u s without: a shared core), %ld without, over %d messages; CPU "
+                  "over a 300 ms pause %.1f and %.1f ms\n", backend, on, quiets, off, STREAM_N, idle_on, idle_off);
+    assert_true(off >= STREAM_N / 2);
+    if (polls)
+        assert_true(on < STREAM_N / 4 || quiets > 0);
+    else
+        assert_true(on >= STREAM_N / 2);
+    assert_true(idle_on < 40);
+    assert_true(idle_off < 25);
+}
+
+static void test_spin_state(void **state)
+{
+    pd_channel_config c = {.channel_id = 3};
+    pd_tp_spin sp;
+    int us;
+
+    /* The cap: the config, else the environment, else 2 ms. */
+    unsetenv("PD_TRANSPORT_SPIN_US");
+    assert_int_equal(pd_tp_spin_cap_us(&c, &us), PD_OK);
+    assert_int_equal(us, 2000);
+    setenv("PD_TRANSPORT_SPIN_US", "-1", 1);
+    assert_int_equal(pd_tp_spin_cap_us(&c, &us), PD_OK);
+    assert_int_equal(us, -1);
+    setenv("PD_TRANSPORT_SPIN_US", "500", 1);
+    assert_int_equal(pd_tp_spin_cap_us(&c, &us), PD_OK);
+    assert_int_equal(us, 500);
+    c.spin_us = 70;
+    assert_int_equal(pd_tp_spin_cap_us(&c, &us), PD_OK);
+    assert_int_equal(us, 70);
+    c.spin_us = 0;
+    pd_channel *probe_unused;
+    const char *bad[] = {"abc", "0", "12us", "2000000", ""};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        setenv("PD_TRANSPORT_SPIN_US", bad[i], 1);
+        if (!*bad[i]) {
+            assert_int_equal(pd_tp_spin_cap_us(&c, &us), PD_OK); /* empty: unset */
+            continue;
+        }
+        assert_int_equal(pd_tp_spin_cap_us(&c, &us), PD_EINVAL);
+        assert_non_null(strstr(pd_last_error(), "PD_TRANSPORT_SPIN_US"));
+    }
+    setenv("PD_TRANSPORT_SPIN_US", "abc", 1);
+    c = config(2, 64);
+    assert_int_equal(pd_channel_listen(&c, &probe_unused), PD_EINVAL);
+    unsetenv("PD_TRANSPORT_SPIN_US");
+    c.spin_us = 1000001;
+    assert_int_equal(pd_channel_listen(&c, &probe_unused), PD_EINVAL);
+    assert_non_null(strstr(pd_last_error(), "spin_us"));
+
+    /* The deadline: none before two waits ended; then twice their
+     * smoothed interval, at most the cap; none once it exceeds the cap. */
+    const int64_t ms = 1000000;
+    pd_tp_spin_init(&sp, 2000);
+    assert_int_equal(pd_tp_spin_until(&sp, 0), 0);
+    pd_tp_spin_note(&sp, 10 * ms);
+    assert_int_equal(pd_tp_spin_until(&sp, 10 * ms), 0);
+    pd_tp_spin_note(&sp, 10 * ms + ms / 2);
+    assert_int_equal(pd_tp_spin_until(&sp, 11 * ms), 11 * ms + ms);
+    pd_tp_spin_note(&sp, 12 * ms); /* interval (3 x 0.5 + 1.5) / 4 */
+    assert_int_equal(pd_tp_spin_until(&sp, 12 * ms), 12 * ms + 3 * ms / 2);
+    pd_tp_spin_note(&sp, 62 * ms); /* a pause of 50 ms */
+    assert_int_equal(pd_tp_spin_until(&sp, 62 * ms), 0);
+    for (int i = 1; i <= 40; i++)
+        pd_tp_spin_note(&sp, 62 * ms + i * ms / 2);
+    assert_true(pd_tp_spin_until(&sp, 100 * ms) > 100 * ms); /* quick waits bring it back */
+    pd_tp_spin_init(&sp, 2000);
+    pd_tp_spin_note(&sp, ms);
+    pd_tp_spin_note(&sp, ms + 3 * ms / 2);
+    assert_int_equal(pd_tp_spin_until(&sp, 3 * ms), 5 * ms); /* twice 1.5, capped at 2 */
+    /* Preempted for over a quarter of a 100 ms window: no spinning for 1 s. */
+    pd_tp_spin_init(&sp, 2000);
+    pd_tp_spin_note(&sp, ms);
+    pd_tp_spin_note(&sp, ms + ms / 2);
+    int64_t t = 2 * ms;
+    for (int i = 0; i < 10000; i++) /* 100 ms of quick looks */
+        assert_true(pd_tp_spin_account(&sp, 10000, t += 10000));
+    for (int i = 0; i < 8000; i++)
+        assert_true(pd_tp_spin_account(&sp, 10000, t += 10000));
+    assert_true(pd_tp_spin_account(&sp, 24 * ms, t += 24 * ms)); /* 24 of 104 ms: under a quarter */
+    for (int i = 0; i < 7500; i++)
+        assert_true(pd_tp_spin_account(&sp, 10000, t += 10000));
+    assert_false(pd_tp_spin_account(&sp, 30 * ms, t += 30 * ms)); /* 30 of 105 ms */
+    assert_int_equal(sp.quiets, 1);
+    assert_int_equal(pd_tp_spin_until(&sp, t + 999 * ms), 0);
+    assert_int_equal(pd_tp_spin_until(&sp, t + 1001 * ms), t + 1002 * ms);
+    pd_tp_spin_init(&sp, -1);
+    pd_tp_spin_note(&sp, 1);
+    pd_tp_spin_note(&sp, 2);
+    assert_int_equal(pd_tp_spin_until(&sp, 3), 0);
+}
+
 /* ---- bad headers: a tampered header fails the channel ---- */
 
 enum { BAD_MAGIC, BAD_BYTES, BAD_SLOT, BAD_SEQ, BAD_CHANNEL, BAD_ORDER, BAD_CASES };
@@ -578,20 +766,6 @@ static void test_backend_choice(void **state)
 
 #define SENDERS 3
 #define SET_SENDS (1 << 8) /* set_member_child: send one message when told */
-
-/* This process's CPU time, ms. Under an emulator, where every system call
- * costs many times more, $PD_TEST_CPU_SLOWDOWN (the verbs VM sets 3) scales
- * it back, so the bounds below still tell sleeping from spinning there. */
-static double cpu_ms(void)
-{
-    struct rusage ru;
-    const char *slowdown = getenv("PD_TEST_CPU_SLOWDOWN");
-    double factor = slowdown && atof(slowdown) >= 1 ? atof(slowdown) : 1;
-
-    getrusage(RUSAGE_SELF, &ru);
-    return ((double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e3 +
-            (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e3) / factor;
-}
 
 static void sleep_ms(int ms)
 {
@@ -1419,7 +1593,8 @@ static int use_mpi(void **state)
         CASE(b, test_timeouts), CASE(b, test_bad_headers), CASE(b, test_wrong_token), CASE(b, test_wrong_shape),    \
         CASE(b, test_backend_choice), CASE(b, test_set_three_senders), CASE(b, test_set_wakes_on_any),              \
         CASE(b, test_set_timeouts), CASE(b, test_set_sender_credits)
-#define TABLE(b) TABLE_SHARED(b), CASE(b, test_sender_killed), CASE(b, test_receiver_killed)
+#define TABLE(b)                                                                                                     \
+    TABLE_SHARED(b), CASE(b, test_sender_killed), CASE(b, test_receiver_killed), CASE(b, test_streaming_spins)
 #define FALLBACK_TABLE                                                                                               \
     CASE(fallback, test_fallback_verbs_cannot_listen), CASE(fallback, test_fallback_foreign_verbs),                 \
         CASE(fallback, test_fallback_unreachable), CASE(fallback, test_fallback_in_handshake),                      \
@@ -1541,6 +1716,7 @@ int main(int argc, char **argv)
         {"test_token_and_mac", test_token_and_mac, use_tcp, NULL, NULL},
         {"test_bad_config", test_bad_config, use_tcp, NULL, NULL},
         {"test_set_misuse", test_set_misuse, use_tcp, NULL, NULL},
+        {"test_spin_state", test_spin_state, use_tcp, NULL, NULL},
     };
     static const struct CMUnitTest shm[] = {TABLE(shm)}, tcp[] = {TABLE(tcp)};
     static const struct CMUnitTest verbs[] = {TABLE(verbs), CASE(verbs, test_verbs_reject_falls_back)};
