@@ -93,6 +93,9 @@ static void usage(FILE *out)
             "  --total-mb M    MiB per size when --iters is not given (default 512)\n"
             "  --latency-iters N  ping-pongs per size (default: as many as messages, at\n"
             "                  most 2000; 0 skips the latency)\n"
+            "  --spin-us N     while messages stream, a wait polls up to N us before it\n"
+            "                  sleeps (shm, verbs; default $PD_TRANSPORT_SPIN_US, else\n"
+            "                  2000); -1: every wait sleeps at once\n"
             "  --help          this text\n");
 }
 
@@ -121,12 +124,12 @@ static int parse_size(const char *text, int64_t *out)
 
 static int parse_args(int argc, char **argv, bench_args *a)
 {
-    enum { OPT_BACKEND = 256, OPT_SIZE, OPT_DEPTH, OPT_ITERS, OPT_TOTAL, OPT_LAT };
+    enum { OPT_BACKEND = 256, OPT_SIZE, OPT_DEPTH, OPT_ITERS, OPT_TOTAL, OPT_LAT, OPT_SPIN };
     static const struct option options[] = {
         {"backend", required_argument, NULL, OPT_BACKEND}, {"size", required_argument, NULL, OPT_SIZE},
         {"depth", required_argument, NULL, OPT_DEPTH},     {"iters", required_argument, NULL, OPT_ITERS},
         {"total-mb", required_argument, NULL, OPT_TOTAL},  {"help", no_argument, NULL, 'h'},
-        {"latency-iters", required_argument, NULL, OPT_LAT},
+        {"latency-iters", required_argument, NULL, OPT_LAT}, {"spin-us", required_argument, NULL, OPT_SPIN},
         {NULL, 0, NULL, 0},
     };
     int c;
@@ -158,6 +161,17 @@ static int parse_args(int argc, char **argv, bench_args *a)
             if (pd_cli_parse_int64("bench transport: --latency-iters", optarg, 0, 100000000, &a->lat_iters) != 0)
                 return PD_CLI_USAGE;
             break;
+        case OPT_SPIN: {
+            int64_t us;
+            if (pd_cli_parse_int64("bench transport: --spin-us", optarg, -1, 1000000, &us) != 0)
+                return PD_CLI_USAGE;
+            if (us == 0) {
+                pd_cli_error("bench transport: --spin-us: 0 is neither a bound (1 to 1000000) nor -1 (never)");
+                return PD_CLI_USAGE;
+            }
+            setenv("PD_TRANSPORT_SPIN_US", optarg, 1); /* every channel of this run and the forked peer's */
+            break;
+        }
         case OPT_TOTAL:
             if (pd_cli_parse_int64("bench transport: --total-mb", optarg, 1, 1 << 20, &a->total_mb) != 0)
                 return PD_CLI_USAGE;
@@ -282,6 +296,18 @@ out:
 
 /* ---- the channel pair ---- */
 
+/* How the channel's waits behave, for the header line. */
+static const char *spin_text(pd_channel *ch, char *buf, size_t size)
+{
+    int us = pd_channel_spin_us(ch);
+
+    if (us > 0)
+        snprintf(buf, size, "waits spin up to %d us while streaming", us);
+    else
+        snprintf(buf, size, "waits sleep at once");
+    return buf;
+}
+
 static pd_channel_config channel_config(const bench_args *a, const pd_transport_token *token, uint32_t id,
                                         int64_t slot_bytes)
 {
@@ -305,6 +331,7 @@ static int serve_sizes(pd_cli_link *link, const void *args)
 
 static int run(const bench_args *a)
 {
+    char spin[64];
     pd_transport_token token;
     int64_t max_size = 0;
     pd_channel_config c;
@@ -324,8 +351,8 @@ static int run(const bench_args *a)
         pd_cli_error("bench transport: %s", pd_last_error());
         return pd_cli_exit_code(s);
     }
-    printf("# pipedream bench transport: backend %s, depth %lld; reference: %s\n", pd_channel_backend(p.rx),
-           (long long)a->depth,
+    printf("# pipedream bench transport: backend %s, depth %lld, %s; reference: %s\n", pd_channel_backend(p.rx),
+           (long long)a->depth, spin_text(p.rx, spin, sizeof(spin)),
            strcmp(a->backend, "shm") == 0   ? "single-thread memcpy (target ratio >= 0.80 at 4 MiB)"
            : strcmp(a->backend, "tcp") == 0 ? "plain loopback socket pair (target ratio >= 0.70)"
                                             : "none in-process (perftest's ib_write_bw, target ratio >= 0.90)");
@@ -388,6 +415,7 @@ static int launched_ranks(void)
  * same ranks. */
 static int run_mpi(const bench_args *a)
 {
+    char spin[64];
     pd_transport_token token = {{0}};
     pd_cli_link link = {0};
     int64_t max_size = 0;
@@ -421,9 +449,10 @@ static int run_mpi(const bench_args *a)
         goto out;
     }
     if (rank == 0) {
-        printf("# pipedream bench transport: backend %s, depth %lld, 2 MPI ranks (%s, %s); reference: plain "
+        printf("# pipedream bench transport: backend %s, depth %lld, %s, 2 MPI ranks (%s, %s); reference: plain "
                "MPI_Send/MPI_Recv stream%s\n",
-               pd_channel_backend(link.rx), (long long)a->depth, hosts[0], hosts[1],
+               pd_channel_backend(link.rx), (long long)a->depth, spin_text(link.rx, spin, sizeof(spin)), hosts[0],
+               hosts[1],
                strcmp(a->backend, "mpi") == 0 ? " (target ratio >= 0.80 at 4 MiB)" : "");
         printf("# %10s %10s %12s %12s %12s %8s\n", "bytes", "iters", "MB/s", "lat_us", "ref_MB/s", "ratio");
     }

@@ -16,6 +16,7 @@ fail() {
     failures=$((failures + 1))
 }
 
+unset PD_TRANSPORT_SPIN_US
 for backend in shm tcp; do
     if ! timeout 60 "$PIPEDREAM" bench transport --backend "$backend" --size 4K --size 4M --depth 4 \
         --total-mb 32 >"$tmp/$backend.out" 2>"$tmp/$backend.err"; then
@@ -32,9 +33,27 @@ for backend in shm tcp; do
     done
 done
 
+# The header says how waits behave: shm's poll while a stream flows, up to
+# --spin-us (default 2000, from $PD_TRANSPORT_SPIN_US if set); -1 turns it off.
+grep -q "^# pipedream bench transport: backend shm, depth 4, waits spin up to 2000 us while streaming;" \
+    "$tmp/shm.out" || fail "shm: the header does not say that waits spin up to 2000 us"
+grep -q "^# pipedream bench transport: backend tcp, depth 4, waits sleep at once;" "$tmp/tcp.out" ||
+    fail "tcp: the header does not say that waits sleep at once"
+for spin in "-1:waits sleep at once" "300:waits spin up to 300 us while streaming"; do
+    timeout 60 "$PIPEDREAM" bench transport --backend shm --size 4K --iters 200 --spin-us "${spin%%:*}" \
+        >"$tmp/spin.out" 2>"$tmp/spin.err" || fail "--spin-us ${spin%%:*}: $(cat "$tmp/spin.err")"
+    grep -q "^# pipedream bench transport: backend shm, depth 8, ${spin#*:};" "$tmp/spin.out" ||
+        fail "--spin-us ${spin%%:*}: the header does not say '${spin#*:}': $(head -1 "$tmp/spin.out")"
+done
+PD_TRANSPORT_SPIN_US=soon "$PIPEDREAM" bench transport --backend shm --size 4K --iters 200 >"$tmp/out" 2>"$tmp/err"
+status=$?
+[ "$status" -ne 0 ] && grep -q "PD_TRANSPORT_SPIN_US=soon" "$tmp/err" ||
+    fail "PD_TRANSPORT_SPIN_US=soon: exit status $status, $(cat "$tmp/err")"
+
 # Bad usage: one line, exit status 2.
 for args in "bench" "bench transport" "bench transport --backend carrier-pigeon" \
-    "bench transport --backend shm --size 0" "bench transport --backend shm --depth 0" "bench nothing"; do
+    "bench transport --backend shm --size 0" "bench transport --backend shm --depth 0" \
+    "bench transport --backend shm --spin-us 0" "bench transport --backend shm --spin-us 1000001" "bench nothing"; do
     # shellcheck disable=SC2086
     "$PIPEDREAM" $args >"$tmp/out" 2>"$tmp/err"
     status=$?

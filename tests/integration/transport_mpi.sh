@@ -20,6 +20,7 @@ set -eu
 pd="$top_builddir/src/cli/pipedream"
 tt="$top_builddir/tests/unit/test_transport"
 tg="$top_builddir/tests/unit/test_transport_gpu"
+unset PD_TRANSPORT_SPIN_US # the headers below name the default
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -98,7 +99,7 @@ echo "a peer killed: mpirun ended the job with status $status after $took s"
 run2 120 "$pd" bench transport --backend mpi --size 4K --size 4M --depth 4 --total-mb 32 >"$work/out" 2>"$work/err" ||
     { cat "$work/out" "$work/err"; fail "bench transport --backend mpi"; }
 cat "$work/out"
-grep -q "^# pipedream bench transport: backend mpi, depth 4, 2 MPI ranks (.*, .*); reference: plain MPI_Send/MPI_Recv" \
+grep -q "^# pipedream bench transport: backend mpi, depth 4, waits sleep at once, 2 MPI ranks (.*, .*); reference: plain MPI_Send/MPI_Recv" \
     "$work/out" || fail "bench --backend mpi: header line missing"
 for size in 4096 4194304; do
     awk -v s="$size" '$1 == s && NF == 6 && $3 > 0 && $4 > 0 && $5 > 0 && $6 > 0 { ok = 1 } END { exit !ok }' \
@@ -115,7 +116,10 @@ for backend in shm tcp; do
     run2 120 "$pd" bench transport --backend $backend --size 64K --depth 4 --total-mb 16 --latency-iters 50 \
         >"$work/out" 2>"$work/err" || { cat "$work/out" "$work/err"; fail "mpirun: bench transport --backend $backend"; }
     cat "$work/out"
-    grep -q "^# pipedream bench transport: backend $backend, depth 4, 2 MPI ranks (.*, .*); reference: plain MPI_Send/MPI_Recv stream\$" \
+    # shm's waits poll while a stream flows (2 ms by default); tcp's sleep
+    waits="waits sleep at once"
+    [ $backend = tcp ] || waits="waits spin up to 2000 us while streaming"
+    grep -q "^# pipedream bench transport: backend $backend, depth 4, $waits, 2 MPI ranks (.*, .*); reference: plain MPI_Send/MPI_Recv stream\$" \
         "$work/out" || fail "mpirun: bench --backend $backend: header line missing"
     awk '$1 == 65536 && NF == 6 && $3 > 0 && $4 > 0 && $5 > 0 && $6 > 0 { ok = 1 } END { exit !ok }' "$work/out" ||
         fail "mpirun: bench --backend $backend: no sound line"
