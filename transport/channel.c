@@ -144,8 +144,6 @@ static pd_status parse_preference(const pd_channel_config *config, const pd_tp_b
 
 static pd_status check_config(const pd_channel_config *c)
 {
-    int spin_us;
-
     if (!c || !c->token)
         return PD_ERROR(PD_EINVAL, "channel: a job token is required");
     if (c->depth < 1 || c->depth > PD_TP_MAX_DEPTH)
@@ -154,7 +152,6 @@ static pd_status check_config(const pd_channel_config *c)
     if (c->slot_bytes < 1 || c->slot_bytes > PD_TP_MAX_SLOT_BYTES)
         return PD_ERROR(PD_EINVAL, "channel %u: slot_bytes %zu is out of range [1, 4 GiB]", c->channel_id,
                         c->slot_bytes);
-    PD_CHECK(pd_tp_spin_cap_us(c, &spin_us));
     return pd_tp_slots_check(c);
 }
 
@@ -166,7 +163,7 @@ static pd_status channel_new(const pd_channel_config *config, pd_tp_role role, p
     int spin_us;
 
     PD_CHECK(check_config(config));
-    PD_CHECK(pd_tp_spin_cap_us(config, &spin_us));
+    PD_CHECK(pd_tp_spin_cap_us(config, &spin_us)); /* checks it too */
     ch = calloc(1, sizeof(*ch));
     if (!ch)
         return PD_ERROR(PD_ENOMEM, "channel %u: out of host memory", config->channel_id);
@@ -300,7 +297,7 @@ int pd_channel_spin_us(pd_channel *ch)
     int us;
 
     pthread_mutex_lock(&ch->lock);
-    us = ch->backend && ch->ops.poll && ch->config.spin_us > 0 ? ch->config.spin_us : 0;
+    us = ch->ops.poll && ch->config.spin_us > 0 ? ch->config.spin_us : 0; /* no poll before a backend */
     pthread_mutex_unlock(&ch->lock);
     return us;
 }
@@ -604,14 +601,15 @@ pd_status pd_channel_wait_connected(pd_channel *const *chs, int n, int timeout_m
     }
 }
 
-/* Polls the backend (lock released between looks, a yield each, so that
- * a peer on the same core runs) until done(ch, arg), the peer left,
- * `until`, or the spin state finds this thread's core shared. Nothing is
- * armed for a sleep: a stream's messages raise no wake-ups while this end
- * keeps up. */
-static pd_status spin(pd_channel *ch, bool (*done)(pd_channel *, uint64_t), uint64_t arg, int64_t until)
+/* Polls the backend from `start` (lock released between looks, a yield
+ * each, so that a peer on the same core runs) until done(ch, arg), the
+ * peer left, `until`, or the spin state finds this thread's core shared.
+ * Nothing is armed for a sleep: a stream's messages raise no wake-ups
+ * while this end keeps up. */
+static pd_status spin(pd_channel *ch, bool (*done)(pd_channel *, uint64_t), uint64_t arg, int64_t start,
+                      int64_t until)
 {
-    int64_t last = pd_tp_now_ns();
+    int64_t last = start;
 
     if (!ch->ops.poll || !ch->ready || ch->failure != PD_OK)
         return PD_OK;
@@ -621,17 +619,17 @@ static pd_status spin(pd_channel *ch, bool (*done)(pd_channel *, uint64_t), uint
 
         if (s != PD_OK)
             return pd_tp_fail(ch, s);
-        if (done(ch, arg) || ch->peer_closed || pd_tp_now_ns() >= until)
+        if (done(ch, arg) || ch->peer_closed || (now = pd_tp_now_ns()) >= until)
             return PD_OK;
+        /* The time since the last look: a poll and a yield, or a preemption. */
+        if (!pd_tp_spin_account(&ch->spin, now - last, now))
+            return PD_OK; /* the core is shared: sleep instead */
+        last = now;
         pthread_mutex_unlock(&ch->lock);
         sched_yield();
         pthread_mutex_lock(&ch->lock);
         if (ch->failure != PD_OK)
             return failed(ch);
-        now = pd_tp_now_ns();
-        if (!pd_tp_spin_account(&ch->spin, now - last, now))
-            return PD_OK; /* the core is shared: sleep instead */
-        last = now;
     }
 }
 
@@ -650,7 +648,7 @@ static pd_status wait_for(pd_channel *ch, bool (*done)(pd_channel *, uint64_t), 
         until = deadline;
     if (until) {
         ch->spin.spins++;
-        PD_CHECK(spin(ch, done, arg, until));
+        PD_CHECK(spin(ch, done, arg, start, until));
         if (done(ch, arg)) {
             ch->spin.hits++;
             return PD_OK;
@@ -823,10 +821,10 @@ pd_status pd_channel_recv_wait(pd_channel *ch, pd_channel_msg *msg, int timeout_
         s = PD_ERROR(PD_ESTATE, "channel %u: receive on the sending end", ch->config.channel_id);
     } else {
         s = message_waiting(ch, 0) ? PD_OK : wait_for(ch, message_waiting, 0, timeout_ms, "message");
-        if (s == PD_OK)
+        if (s == PD_OK) {
             pd_tp_spin_note(&ch->spin, pd_tp_now_ns());
-        if (s == PD_OK)
             s = take(ch, msg);
+        }
     }
     pthread_mutex_unlock(&ch->lock);
     return s;
